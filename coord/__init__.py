@@ -1,0 +1,58 @@
+"""coord: async coordination on etcd and ZooKeeper watches.
+
+A fair-queue distributed mutex with fencing tokens (``async with client.mutex(name)``),
+written once against a small backend contract (:mod:`coord.abc`) that the memory, etcd and
+ZooKeeper backends implement.
+"""
+
+from __future__ import annotations
+
+from ._client import Client as Client
+from ._client import connect as connect
+from ._exceptions import BackendError as BackendError
+from ._exceptions import BackendUnavailable as BackendUnavailable
+from ._exceptions import ClosedError as ClosedError
+from ._exceptions import ConfigurationError as ConfigurationError
+from ._exceptions import CoordError as CoordError
+from ._exceptions import EntryGoneError as EntryGoneError
+from ._exceptions import LeadershipLost as LeadershipLost
+from ._exceptions import LockedError as LockedError
+from ._exceptions import LockLost as LockLost
+from ._exceptions import NoLeaderError as NoLeaderError
+from ._exceptions import NotLeaderError as NotLeaderError
+from ._exceptions import NotOwnerError as NotOwnerError
+from ._exceptions import SessionExpiredError as SessionExpiredError
+from ._hold import Hold as Hold
+from ._mutex import Mutex as Mutex
+from ._mutex import MutexStatistics as MutexStatistics
+from ._session import Session as Session
+
+__all__ = [
+    "BackendError",
+    "BackendUnavailable",
+    "Client",
+    "ClosedError",
+    "ConfigurationError",
+    "CoordError",
+    "EntryGoneError",
+    "Hold",
+    "LeadershipLost",
+    "LockLost",
+    "LockedError",
+    "Mutex",
+    "MutexStatistics",
+    "NoLeaderError",
+    "NotLeaderError",
+    "NotOwnerError",
+    "Session",
+    "SessionExpiredError",
+    "connect",
+]
+
+__version__ = "0.1.0"
+
+for _name in __all__:
+    _obj = globals()[_name]
+    if getattr(_obj, "__module__", "coord").startswith("coord."):
+        _obj.__module__ = "coord"
+del _name, _obj

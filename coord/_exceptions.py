@@ -1,0 +1,102 @@
+"""Every exception coord raises, as one tree.
+
+::
+
+    CoordError
+    ├── ConfigurationError    + ValueError   bad URL, name or option, raised at the call
+    ├── BackendError                         the store answered with an error
+    │   ├── BackendUnavailable + OSError     no member of the store could be reached
+    │   └── EntryGoneError    + LookupError  (backend contract) a waiter entry no longer exists
+    ├── SessionExpiredError   + anyio.BrokenResourceError
+    │   └── LockLost                         a held lock was lost (``async with`` body cancelled)
+    │       └── LeadershipLost
+    ├── LockedError                          ``try_acquire`` found the lock taken (etcd ErrLocked)
+    ├── NotOwnerError         + RuntimeError release of a lock this task does not hold
+    ├── NotLeaderError, NoLeaderError        (election)
+    └── ClosedError           + anyio.ClosedResourceError
+
+Client-library errors (gRPC, kazoo) are translated at the backend boundary with
+``raise ... from exc``; cancellation is never caught or wrapped, and there is no timeout
+class: callers use ``anyio.fail_after``, which raises the builtin :exc:`TimeoutError`.
+"""
+
+from __future__ import annotations
+
+import anyio
+
+__all__ = [
+    "BackendError",
+    "BackendUnavailable",
+    "ClosedError",
+    "ConfigurationError",
+    "CoordError",
+    "EntryGoneError",
+    "LeadershipLost",
+    "LockLost",
+    "LockedError",
+    "NoLeaderError",
+    "NotLeaderError",
+    "NotOwnerError",
+    "SessionExpiredError",
+]
+
+
+class CoordError(Exception):
+    """Base class of every error raised by coord."""
+
+
+class ConfigurationError(CoordError, ValueError):
+    """A URL, name or option is invalid. Raised at the call, before anything is written."""
+
+
+class BackendError(CoordError):
+    """The coordination store answered a request with an error."""
+
+
+class BackendUnavailable(BackendError, OSError):
+    """No member of the coordination store could be reached."""
+
+
+class EntryGoneError(BackendError, LookupError):
+    """A waiter entry no longer exists (backend contract: :meth:`coord.abc.Backend.position`)."""
+
+
+class SessionExpiredError(CoordError, anyio.BrokenResourceError):
+    """The session (etcd lease, ZooKeeper session) is gone.
+
+    Everything bound to it (waiter keys, held locks) has been or will be deleted by the
+    store. A new session is needed to take part again.
+    """
+
+
+class LockLost(SessionExpiredError):
+    """A held lock was lost while its holder was still using it.
+
+    Raised when the session expired, was revoked, or the holder's key was deleted by
+    someone else. The body of ``async with mutex:`` has been cancelled; another client may
+    already hold the lock, so any write made under it must be fenced with ``hold.fence``.
+    """
+
+
+class LeadershipLost(LockLost):
+    """Leadership was lost while the leader was still leading."""
+
+
+class LockedError(CoordError):
+    """``try_acquire`` found the lock held by someone else."""
+
+
+class NotOwnerError(CoordError, RuntimeError):
+    """Release of a lock (or resignation of a leadership) that this task does not hold."""
+
+
+class NotLeaderError(CoordError):
+    """The operation needs leadership that this campaign does not hold."""
+
+
+class NoLeaderError(CoordError):
+    """The election has no leader."""
+
+
+class ClosedError(CoordError, anyio.ClosedResourceError):
+    """The client, session or backend was closed."""

@@ -1,0 +1,71 @@
+"""Names of coordination objects and the key layout under which they live.
+
+A recipe object has a *name* such as ``"orders/42"``: slash-separated segments. Its waiters
+live under the *prefix* ``"orders/42/"`` (always ending in ``/``, so that ``lock`` and
+``lock2`` never share a range; etcd #6278), one key per acquire attempt.
+
+Waiter ids start with ``@``, a character no name segment may start with, and backends list
+only keys of the form ``<prefix>@...``. So the queue of ``"a"`` never contains the waiters
+of ``"a/b"`` (a nested name would otherwise be listed as a waiter of its parent, and a
+holder of ``a/b`` acquiring ``a`` would wait on itself).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+from ._exceptions import ConfigurationError
+
+__all__ = ["WAITER_MARK", "check_name", "new_waiter_id", "prefix_of"]
+
+#: First character of every waiter id; never the first character of a name segment.
+WAITER_MARK = "@"
+
+MAX_NAME_LENGTH = 512
+
+# A segment starts with a word character (letter, digit, underscore: never "@" or "."),
+# then word characters or a few punctuation marks that are safe in etcd keys, ZooKeeper
+# paths and URLs. No whitespace, no control characters, no "/" inside a segment.
+_SEGMENT = re.compile(r"\w[\w.:=+,~-]*\Z")
+_RESERVED = frozenset({"zookeeper"})
+
+
+def check_name(name: object, *, what: str = "name") -> str:
+    """Return *name* if it is a valid coordination name, else raise ConfigurationError.
+
+    :param name: the name to check, e.g. ``"orders/42"``
+    :param what: how to call it in the error message
+    :raises ConfigurationError: with a message that says what is wrong
+    """
+    if not isinstance(name, str):
+        raise ConfigurationError(f"{what} must be a str, not {type(name).__name__}")
+    if not name:
+        raise ConfigurationError(f"{what} must not be empty")
+    if len(name) > MAX_NAME_LENGTH:
+        raise ConfigurationError(
+            f"{what} is {len(name)} characters long; the limit is {MAX_NAME_LENGTH}"
+        )
+    for segment in name.split("/"):
+        if not segment:
+            raise ConfigurationError(
+                f"{what} {name!r} has an empty segment (leading, trailing or double '/')"
+            )
+        if segment.lower() in _RESERVED:
+            raise ConfigurationError(f"{what} {name!r} uses the reserved segment {segment!r}")
+        if not _SEGMENT.match(segment):
+            raise ConfigurationError(
+                f"{what} {name!r}: segment {segment!r} must start with a letter, digit or '_' "
+                "and contain only letters, digits and '_.:=+,~-'"
+            )
+    return name
+
+
+def prefix_of(name: str) -> str:
+    """The prefix under which the waiters of *name* are registered (ends with ``/``)."""
+    return check_name(name) + "/"
+
+
+def new_waiter_id() -> str:
+    """A fresh waiter id: unique per acquire attempt, never per session (etcd #10756)."""
+    return f"{WAITER_MARK}{uuid.uuid4().hex}"

@@ -1,0 +1,224 @@
+"""The backend contract: what a coordination store must offer coord's recipes.
+
+It is as small as etcd's ``concurrency`` package needs: a lease with keepalive and a loss
+signal; ordered waiter entries bound to a lease; the nearest entries ahead of mine; a wait
+for deletion; a guarded delete; get/put/compare-and-set; a prefix watch. Recipes (mutex,
+election, ...) are written once against :class:`Backend` and never learn which store runs
+under them. Keys are relative to the backend's namespace and use ``/`` as separator.
+
+Every method here may raise :exc:`coord.BackendError` (or ``BackendUnavailable``) for a
+store-side failure; none catches cancellation.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from anyio.abc import AsyncResource
+
+from ._exceptions import EntryGoneError
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Sequence
+    from contextlib import AbstractAsyncContextManager
+
+__all__ = [
+    "Backend",
+    "Change",
+    "ChangeKind",
+    "Entry",
+    "EntryGoneError",
+    "Lease",
+    "Listing",
+    "Position",
+]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One key of the store, as read at some revision.
+
+    :ivar key: the key, relative to the namespace
+    :ivar value: its value
+    :ivar revision: creation order, strictly increasing over the whole store: the etcd
+        create revision, the ZooKeeper czxid. This is the fencing token of a waiter entry.
+    :ivar version: modification token for :meth:`Backend.compare_and_set`: the etcd mod
+        revision, the ZooKeeper data version
+    :ivar lease: id of the lease the key is bound to, 0 if none
+    """
+
+    key: str
+    value: bytes = b""
+    revision: int = 0
+    version: int = 0
+    lease: int = 0
+
+    @property
+    def provisional(self) -> bool:
+        """True for an entry whose registration outcome is unknown (revision 0)."""
+        return self.revision == 0
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a waiter entry stands in its queue.
+
+    :ivar entry: my entry
+    :ivar ahead: the nearest entries registered before mine, nearest first (at most the
+        ``ahead`` limit asked for); empty when mine is at the head
+    :ivar revision: the store revision at which this view was read; pass it to
+        :meth:`Backend.wait_deleted` so that no deletion after the read is missed
+    """
+
+    entry: Entry
+    ahead: tuple[Entry, ...] = ()
+    revision: int = 0
+
+    @property
+    def is_head(self) -> bool:
+        return not self.ahead
+
+
+@dataclass(frozen=True)
+class Listing:
+    """Entries read at one store revision."""
+
+    entries: tuple[Entry, ...]
+    revision: int = 0
+
+
+class ChangeKind(enum.Enum):
+    PUT = "put"
+    DELETE = "delete"
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change seen by :meth:`Backend.watch`. ``entry.revision`` is 0 for deletes."""
+
+    kind: ChangeKind
+    entry: Entry
+    revision: int = field(default=0)
+
+
+class Lease(ABC):
+    """A session with the store: entries bound to it die with it.
+
+    On etcd a lease kept alive by a keepalive stream; on ZooKeeper the connection's
+    session. The backend keeps it alive in its own task group from :meth:`Backend.grant`
+    until :meth:`revoke` or loss.
+    """
+
+    @property
+    @abstractmethod
+    def id(self) -> int:
+        """The store's id of this lease."""
+
+    @property
+    @abstractmethod
+    def ttl(self) -> float:
+        """Seconds the store keeps the lease after the last acknowledged keepalive."""
+
+    @property
+    @abstractmethod
+    def lost(self) -> bool:
+        """True once the lease is known (or must be presumed) gone. Never becomes False."""
+
+    @abstractmethod
+    async def wait_lost(self) -> None:
+        """Return when :attr:`lost` becomes true. A checkpoint."""
+
+    @abstractmethod
+    async def revoke(self) -> None:
+        """Stop keepalive and end the lease on the store, deleting its entries."""
+
+
+class Backend(AsyncResource):
+    """A connection to one coordination store (an etcd cluster, a ZooKeeper ensemble).
+
+    Opened with ``async with``; background tasks (keepalives, watch streams) run in a task
+    group that the backend owns until :meth:`aclose`.
+    """
+
+    #: True if the backend runs on any anyio event loop, False if asyncio only.
+    any_event_loop: bool = True
+
+    @abstractmethod
+    async def grant(self, ttl: float) -> Lease:
+        """Create a lease of about *ttl* seconds and keep it alive until revoked or lost."""
+
+    @abstractmethod
+    async def register(
+        self,
+        prefix: str,
+        waiter_id: str,
+        lease: Lease,
+        *,
+        value: bytes = b"",
+        ahead: int | None = 1,
+    ) -> Position:
+        """Create a waiter entry ``prefix + waiter_id[+ suffix]`` bound to *lease*.
+
+        One round trip: the entry is created and its position read atomically. Registering
+        the same *waiter_id* twice returns the existing entry (a retry after a lost reply).
+
+        :param ahead: how many of the nearest entries ahead to return (``None``: all)
+        """
+
+    @abstractmethod
+    async def position(self, entry: Entry, *, ahead: int | None = 1) -> Position:
+        """Read where *entry* stands now, checking atomically that it still exists.
+
+        :raises EntryGoneError: if *entry* no longer exists (its lease expired, or someone
+            deleted it): the caller no longer owns anything (etcd #11456)
+        """
+
+    @abstractmethod
+    async def wait_deleted(self, keys: Sequence[str], *, revision: int) -> None:
+        """Return once one of *keys* may have been deleted after *revision*.
+
+        Returns at once if one of them no longer exists. May return spuriously (after a
+        watch could not be resumed, or a ZooKeeper disconnect): callers re-check with
+        :meth:`position`. Waits on the store's watch; never polls.
+        """
+
+    @abstractmethod
+    async def delete(self, entry: Entry) -> bool:
+        """Delete *entry* only if it is still the same entry (same creation revision).
+
+        A provisional entry (revision 0, registration outcome unknown) is deleted if it
+        exists and is bound to this backend's lease. Returns whether anything was deleted.
+        """
+
+    @abstractmethod
+    async def get(self, key: str) -> Entry | None:
+        """Read one key, or None if it does not exist."""
+
+    @abstractmethod
+    async def put(self, key: str, value: bytes, *, lease: Lease | None = None) -> Entry:
+        """Write one key unconditionally."""
+
+    @abstractmethod
+    async def compare_and_set(
+        self, key: str, value: bytes, *, version: int | None, lease: Lease | None = None
+    ) -> Entry | None:
+        """Write *key* only if its version is *version* (None: only if it does not exist).
+
+        Returns the new entry, or None if the comparison failed.
+        """
+
+    @abstractmethod
+    async def entries(self, prefix: str, *, limit: int | None = None) -> Listing:
+        """The waiter entries under *prefix* (keys ``prefix + "@..."``), oldest first."""
+
+    @abstractmethod
+    def watch(
+        self, prefix: str, *, revision: int
+    ) -> AbstractAsyncContextManager[AsyncIterator[Change]]:
+        """Watch every key under *prefix* for changes after *revision*.
+
+        ``async with backend.watch(p, revision=r) as changes: async for c in changes: ...``
+        """

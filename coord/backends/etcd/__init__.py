@@ -1,0 +1,375 @@
+"""The etcd backend: coord's contract on etcd v3 (3.4 or later), asyncio only.
+
+The lock algorithm of etcd's own ``client/v3/concurrency``:
+
+* register — one txn: ``If(CreateRevision(key) == 0) Then(Put(key, lease), Range(queue,
+  newest first, limit n+1))``: my key is the newest entry of the queue, so the entries
+  after it in that answer are the nearest ones ahead of me; nothing ahead means I am the
+  head, i.e. the owner. A retried registration (lost reply) finds its key and reads its
+  position instead;
+* position — ``If(CreateRevision(key) == mine) Then(Range(queue, max_create_revision =
+  mine - 1, newest first, limit n))``: the nearest entries ahead, *and* a check that my key
+  still exists (etcd #11456), in one round trip;
+* wait — a watch on exactly the predecessor (and my own key) from the revision of that
+  read, deletes only; a release wakes one waiter;
+* delete — ``If(CreateRevision(key) == mine) Then(Delete(key))`` (etcd #22082).
+
+Keys are ``<namespace>/<name>/@<waiter id>``. Queues are ranges ``<prefix>@`` .. so that a
+nested name's keys are never part of its parent's queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from aetcd import rpc
+
+from ..._exceptions import ConfigurationError, EntryGoneError
+from ..._keys import WAITER_MARK
+from ...abc import Backend, Change, ChangeKind, Entry, Lease, Listing, Position
+from ._connection import Connection, TLSFiles
+from ._lease import grant
+from ._watch import Watch, WatchCompacted, WatchStream
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable, Sequence
+
+    from anyio.abc import TaskGroup
+
+    from ..._url import ParsedURL
+
+__all__ = ["EtcdBackend", "WatchCompacted"]
+
+_CREATE = rpc.Compare.CompareTarget.Value("CREATE")
+_MOD = rpc.Compare.CompareTarget.Value("MOD")
+_LEASE = rpc.Compare.CompareTarget.Value("LEASE")
+_EQUAL = rpc.Compare.CompareResult.Value("EQUAL")
+_DESCEND = rpc.RangeRequest.SortOrder.Value("DESCEND")
+_ASCEND = rpc.RangeRequest.SortOrder.Value("ASCEND")
+_BY_CREATE = rpc.RangeRequest.SortTarget.Value("CREATE")
+_DELETE = rpc.Event.EventType.Value("DELETE")
+
+
+def range_end(prefix: bytes) -> bytes:
+    """The end of the key range of *prefix* (etcd's GetPrefixRangeEnd)."""
+    end = bytearray(prefix)
+    while end:
+        if end[-1] < 0xFF:
+            end[-1] += 1
+            return bytes(end)
+        end.pop()
+    return b"\0"
+
+
+class EtcdBackend(Backend):
+    """A connection to an etcd cluster. Use it through :func:`coord.connect`::
+
+        coord.connect("etcd://user:pw@10.0.0.1:2379,10.0.0.2:2379/myapp", ca_file="ca.pem")
+
+    :param endpoints: ``(host, port)`` pairs; requests fail over between them
+    :param namespace: prefix of every key (``"myapp"`` -> ``myapp/...``); ``""`` for none
+    :param ca_file: CA bundle (PEM) to verify the servers; enables TLS
+    :param cert_file: client certificate (PEM) for mutual TLS, with *key_file*
+    :param key_file: the client certificate's private key (PEM)
+    :param tls: use TLS with the system's CA roots when no file is given
+    :param username: etcd user, with *password* (also taken from the URL)
+    :param password: that user's password
+    :param request_timeout: time budget in seconds of one request, retries and failovers
+        included
+    """
+
+    any_event_loop = False
+
+    def __init__(
+        self,
+        endpoints: Sequence[tuple[str, int]],
+        *,
+        namespace: str = "",
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
+        tls: bool = False,
+        username: str | None = None,
+        password: str | None = None,
+        request_timeout: float = 10.0,
+    ) -> None:
+        if not isinstance(request_timeout, int | float) or not request_timeout > 0:
+            raise ConfigurationError(f"request_timeout must be > 0 seconds: {request_timeout!r}")
+        use_tls = tls or any(f is not None for f in (ca_file, cert_file, key_file))
+        files = TLSFiles(ca_file, cert_file, key_file) if use_tls else None
+        self._conn = Connection(
+            tuple(endpoints),
+            tls=files,
+            username=username,
+            password=password,
+            request_timeout=float(request_timeout),
+        )
+        self._root = (namespace.strip("/") + "/").encode() if namespace else b""
+        self._watches = WatchStream(self._conn)
+        self._tg: TaskGroup | None = None
+
+    @classmethod
+    def from_url(cls, url: ParsedURL, **options: Any) -> EtcdBackend:
+        """Build from a parsed ``etcd://`` URL and keyword options (checked here)."""
+        allowed = {"ca_file", "cert_file", "key_file", "tls", "request_timeout"}
+        unknown = set(options) - allowed
+        if unknown:
+            raise ConfigurationError(
+                f"unknown etcd option(s) {sorted(unknown)}; allowed: {sorted(allowed)}"
+            )
+        return cls(
+            url.hosts,
+            namespace=url.namespace,
+            username=url.username,
+            password=url.password,
+            **options,
+        )
+
+    async def __aenter__(self) -> EtcdBackend:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            raise ConfigurationError(
+                "the etcd backend runs on asyncio only (its gRPC client is asyncio code)"
+            ) from None
+        await self._conn.open()
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        await self._tg.start(self._watches.run)
+        return self
+
+    async def aclose(self) -> None:
+        tg, self._tg = self._tg, None
+        if tg is not None:
+            tg.cancel_scope.cancel()
+            await tg.__aexit__(None, None, None)
+        await self._conn.close()
+
+    # -- keys ----------------------------------------------------------------------------
+
+    def _key(self, key: str) -> bytes:
+        return self._root + key.encode()
+
+    def _entry(self, kv: Any) -> Entry:
+        key = bytes(kv.key)[len(self._root) :].decode()
+        return Entry(key, bytes(kv.value), kv.create_revision, kv.mod_revision, kv.lease)
+
+    def _queue_range(self, prefix: str) -> tuple[bytes, bytes]:
+        start = self._key(prefix + WAITER_MARK)
+        return start, range_end(start)
+
+    async def _txn(
+        self,
+        what: str,
+        compare: list[Any],
+        success: list[Any],
+        *,
+        retry: bool = True,
+        failure: list[Any] | None = None,
+    ) -> Any:
+        request = rpc.TxnRequest(compare=compare, success=success, failure=failure or [])
+        return await self._conn.call(what, lambda c: c.kv.Txn, request, retry=retry)
+
+    # -- leases --------------------------------------------------------------------------
+
+    async def grant(self, ttl: float) -> Lease:
+        assert self._tg is not None, "the backend is not open"
+        lease = await grant(self._conn, ttl)
+        await self._tg.start(lease.run)
+        return lease
+
+    # -- waiter entries ------------------------------------------------------------------
+
+    def _ahead_range(self, prefix: str, limit: int | None, before: int = 0) -> Any:
+        start, end = self._queue_range(prefix)
+        return rpc.RequestOp(
+            request_range=rpc.RangeRequest(
+                key=start,
+                range_end=end,
+                sort_order=_DESCEND,
+                sort_target=_BY_CREATE,
+                limit=limit or 0,
+                max_create_revision=max(before - 1, 0),
+            )
+        )
+
+    async def register(
+        self,
+        prefix: str,
+        waiter_id: str,
+        lease: Lease,
+        *,
+        value: bytes = b"",
+        ahead: int | None = 1,
+    ) -> Position:
+        key = self._key(prefix + waiter_id)
+        put = rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value, lease=lease.id))
+        newest = self._ahead_range(prefix, None if ahead is None else ahead + 1)
+        reply = await self._txn(
+            "register",
+            [rpc.Compare(key=key, target=_CREATE, create_revision=0, result=_EQUAL)],
+            [put, newest],
+            failure=[rpc.RequestOp(request_range=rpc.RangeRequest(key=key))],
+        )
+        if not reply.succeeded:  # a retry found the key that an earlier attempt created
+            kvs = reply.responses[0].response_range.kvs
+            if not kvs:
+                raise EntryGoneError(f"{prefix + waiter_id} vanished during registration")
+            return await self.position(self._entry(kvs[0]), ahead=ahead)
+        kvs = reply.responses[1].response_range.kvs
+        mine = self._entry(kvs[0])
+        assert mine.key == prefix + waiter_id, "my key must be the newest of the queue"
+        return Position(mine, tuple(self._entry(kv) for kv in kvs[1:]), reply.header.revision)
+
+    async def position(self, entry: Entry, *, ahead: int | None = 1) -> Position:
+        key = self._key(entry.key)
+        prefix = entry.key[: entry.key.rindex("/") + 1]
+        ops = [] if ahead == 0 else [self._ahead_range(prefix, ahead, before=entry.revision)]
+        reply = await self._txn(
+            "position",
+            [rpc.Compare(key=key, target=_CREATE, create_revision=entry.revision, result=_EQUAL)],
+            ops,
+        )
+        if not reply.succeeded:
+            raise EntryGoneError(f"{entry.key} no longer exists")
+        kvs = reply.responses[0].response_range.kvs if ops else ()
+        return Position(entry, tuple(self._entry(kv) for kv in kvs), reply.header.revision)
+
+    async def wait_deleted(self, keys: Sequence[str], *, revision: int) -> None:
+        watches = []
+        try:
+            for key in keys:  # one by one: those opened are closed even if one fails
+                watches.append(  # noqa: PERF401
+                    await self._watches.open(
+                        self._key(key), start_revision=revision + 1, no_put=True
+                    )
+                )
+            async with anyio.create_task_group() as tg:
+                for watch in watches:
+                    tg.start_soon(_first_delivery, watch, tg.cancel_scope)
+        finally:
+            with anyio.CancelScope(shield=True):
+                for watch in watches:
+                    await watch.aclose()
+
+    async def delete(self, entry: Entry) -> bool:
+        key = self._key(entry.key)
+        if entry.provisional:
+            guard = rpc.Compare(key=key, target=_LEASE, lease=entry.lease, result=_EQUAL)
+        else:
+            guard = rpc.Compare(
+                key=key, target=_CREATE, create_revision=entry.revision, result=_EQUAL
+            )
+        delete = rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key))
+        reply = await self._txn("delete", [guard], [delete])
+        return bool(reply.succeeded and reply.responses[0].response_delete_range.deleted)
+
+    # -- plain keys ----------------------------------------------------------------------
+
+    async def get(self, key: str) -> Entry | None:
+        request = rpc.RangeRequest(key=self._key(key))
+        reply = await self._conn.call("get", lambda c: c.kv.Range, request)
+        return self._entry(reply.kvs[0]) if reply.kvs else None
+
+    async def _put_if(
+        self,
+        what: str,
+        key: str,
+        value: bytes,
+        lease: Lease | None,
+        compare: list[Any],
+        *,
+        retry: bool,
+    ) -> Entry | None:
+        k = self._key(key)
+        put = rpc.PutRequest(key=k, value=value, lease=lease.id if lease else 0)
+        read = rpc.RangeRequest(key=k)
+        reply = await self._txn(
+            what,
+            compare,
+            [rpc.RequestOp(request_put=put), rpc.RequestOp(request_range=read)],
+            retry=retry,
+        )
+        if not reply.succeeded:
+            return None
+        return self._entry(reply.responses[1].response_range.kvs[0])
+
+    async def put(self, key: str, value: bytes, *, lease: Lease | None = None) -> Entry:
+        entry = await self._put_if("put", key, value, lease, [], retry=True)
+        assert entry is not None
+        return entry
+
+    async def compare_and_set(
+        self, key: str, value: bytes, *, version: int | None, lease: Lease | None = None
+    ) -> Entry | None:
+        k = self._key(key)
+        if version is None:
+            compare = rpc.Compare(key=k, target=_CREATE, create_revision=0, result=_EQUAL)
+        else:
+            compare = rpc.Compare(key=k, target=_MOD, mod_revision=version, result=_EQUAL)
+        # Not retried: a retry after a lost reply would report our own write as a conflict.
+        return await self._put_if("compare-and-set", key, value, lease, [compare], retry=False)
+
+    async def entries(self, prefix: str, *, limit: int | None = None) -> Listing:
+        start, end = self._queue_range(prefix)
+        request = rpc.RangeRequest(
+            key=start, range_end=end, sort_order=_ASCEND, sort_target=_BY_CREATE, limit=limit or 0
+        )
+        reply = await self._conn.call("list", lambda c: c.kv.Range, request)
+        return Listing(tuple(self._entry(kv) for kv in reply.kvs), reply.header.revision)
+
+    @asynccontextmanager
+    async def watch(self, prefix: str, *, revision: int) -> AsyncIterator[AsyncIterator[Change]]:
+        start = self._key(prefix)
+        watch = await self._watches.open(start, range_end(start), start_revision=revision + 1)
+        try:
+            yield _Changes(watch, self._entry)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await watch.aclose()
+
+    # -- fault hooks for coord.testing -----------------------------------------------------
+
+    async def _fault_expire_lease(self, lease_id: int) -> None:
+        request = rpc.LeaseRevokeRequest(ID=lease_id)
+        await self._conn.call("revoke", lambda c: c.lease.LeaseRevoke, request)
+
+    async def _fault_delete_key(self, key: str) -> None:
+        request = rpc.DeleteRangeRequest(key=self._key(key))
+        await self._conn.call("delete", lambda c: c.kv.DeleteRange, request)
+
+    async def _fault_wakeups(self) -> int:
+        from ...testing._metrics import watch_messages_sent
+
+        return await watch_messages_sent(self._conn.endpoint)
+
+
+async def _first_delivery(watch: Watch, scope: anyio.CancelScope) -> None:
+    await watch.notify.wait()
+    scope.cancel()
+
+
+class _Changes:
+    """The changes of one watch, event by event (an iterator, not a generator, so that
+    leaving the ``async for`` early leaves nothing to finalize)."""
+
+    def __init__(self, watch: Watch, to_entry: Callable[[Any], Entry]) -> None:
+        self._watch = watch
+        self._to_entry = to_entry
+        self._pending: deque[Any] = deque()
+
+    def __aiter__(self) -> _Changes:
+        return self
+
+    async def __anext__(self) -> Change:
+        while not self._pending:
+            self._pending.extend(await self._watch.__anext__())
+        event = self._pending.popleft()
+        entry = self._to_entry(event.kv)
+        if event.type == _DELETE:
+            return Change(ChangeKind.DELETE, Entry(entry.key), event.kv.mod_revision)
+        return Change(ChangeKind.PUT, entry, event.kv.mod_revision)

@@ -1,0 +1,76 @@
+"""An etcd lease kept alive on a LeaseKeepAlive stream (clientv3's model)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import grpc
+from aetcd import rpc
+
+from ..._exceptions import BackendUnavailable, SessionExpiredError
+from .._keepalive import KeptAliveLease
+from ._connection import finish, translate
+
+if TYPE_CHECKING:
+    from ._connection import Connection
+
+__all__ = ["EtcdLease", "grant"]
+
+
+async def grant(conn: Connection, ttl: float) -> EtcdLease:
+    """Grant a lease of *ttl* seconds (rounded up; etcd may raise it to its minimum)."""
+    sent = anyio.current_time()
+    request = rpc.LeaseGrantRequest(TTL=max(1, int(-(-ttl // 1))), ID=0)
+    reply = await conn.call("lease grant", lambda c: c.lease.LeaseGrant, request)
+    if reply.error:
+        raise SessionExpiredError(f"etcd lease grant: {reply.error}")
+    return EtcdLease(conn, reply.ID, float(reply.TTL), sent_at=sent)
+
+
+class EtcdLease(KeptAliveLease):
+    """A lease whose keepalives go out on one bidirectional stream, replies in order."""
+
+    def __init__(self, conn: Connection, lease_id: int, ttl: float, *, sent_at: float) -> None:
+        super().__init__(lease_id, ttl, sent_at=sent_at)
+        self._conn = conn
+        self._call: Any = None
+
+    async def _refresh(self) -> float:
+        generation = self._conn.generation
+        try:
+            if self._call is None:
+                metadata = self._conn.metadata(require_leader=True)
+                self._call = self._conn.lease.LeaseKeepAlive(metadata=metadata)
+            await self._call.write(rpc.LeaseKeepAliveRequest(ID=self.id))
+            reply = await self._call.read()
+        except grpc.aio.AioRpcError as exc:
+            await self._drop_call()
+            await self._conn.failover(generation)
+            raise translate(exc, "lease keepalive") from exc
+        except BaseException:
+            # Cancelled mid-exchange (the local deadline passed): the stream may hold a
+            # reply we will never read, so it cannot be reused.
+            with anyio.CancelScope(shield=True):
+                await self._drop_call()
+            raise
+        if reply is grpc.aio.EOF:
+            await self._drop_call()
+            raise BackendUnavailable("etcd closed the keepalive stream")
+        return float(reply.TTL)
+
+    async def _stopped(self) -> None:
+        await self._drop_call()
+
+    async def _drop_call(self) -> None:
+        call, self._call = self._call, None
+        if call is not None:
+            await finish(call)
+
+    async def _revoke(self) -> None:
+        await self._drop_call()
+        request = rpc.LeaseRevokeRequest(ID=self.id)
+        try:
+            await self._conn.call("lease revoke", lambda c: c.lease.LeaseRevoke, request)
+        except SessionExpiredError:
+            pass  # already gone

@@ -1,0 +1,405 @@
+"""An in-process coordination store with etcd's semantics, in pure anyio.
+
+For coord's unit tests and for users' own tests: ``coord.connect("memory://name")``. Every
+client that connects to the same name in one process (and one event loop) shares one
+:class:`MemoryStore`; the store is dropped when its last client closes.
+
+Fault hooks, like kazoo's test harness:
+
+* :meth:`MemoryStore.expire_lease` — the store expires a lease now (its keys go);
+* :meth:`MemoryStore.drop_key` — someone else deletes a key;
+* :meth:`MemoryBackend.stall` — the client stops sending keepalives (a paused process):
+  the store expires the lease at its TTL, the client's watchdog notices at its deadline;
+* :meth:`MemoryBackend.partition` — requests fail with BackendUnavailable.
+
+Every request applies its change and *then* checkpoints, so a cancelled request may well
+have happened on the store, exactly like a request whose reply was lost in the network.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import anyio
+from anyio.lowlevel import checkpoint
+
+from .._exceptions import (
+    BackendUnavailable,
+    ClosedError,
+    ConfigurationError,
+    EntryGoneError,
+    SessionExpiredError,
+)
+from .._keys import WAITER_MARK
+from ..abc import Backend, Change, ChangeKind, Entry, Lease, Listing, Position
+from ._keepalive import KeptAliveLease
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterator, Sequence
+
+    from anyio.abc import TaskGroup
+    from anyio.streams.memory import MemoryObjectSendStream
+
+    from .._url import ParsedURL
+
+__all__ = ["MemoryBackend", "MemoryStore"]
+
+
+@dataclass
+class _LeaseRecord:
+    ttl: float
+    deadline: float
+    keys: set[str] = field(default_factory=set)
+    refreshed: anyio.Event = field(default_factory=anyio.Event)
+
+
+class MemoryStore:
+    """The "server": keys with revisions, leases, watches. One per ``memory://`` name."""
+
+    _registry: dict[str, MemoryStore] = {}  # noqa: RUF012  (process-wide, by design)
+
+    def __init__(self, name: str = "") -> None:
+        self.name = name
+        self.revision = 1
+        self._kv: dict[str, Entry] = {}
+        self._leases: dict[int, _LeaseRecord] = {}
+        self._lease_ids = itertools.count(0x1000)
+        self._deleted: dict[str, list[anyio.Event]] = {}
+        self._watchers: list[tuple[str, MemoryObjectSendStream[Change]]] = []
+        # Recent changes, so that a watch can start from a past revision like on etcd.
+        self._history: deque[Change] = deque(maxlen=10_000)
+        self._users = 0
+        #: Statistics for tests: how many delete notifications were delivered.
+        self.wakeups = 0
+
+    # -- registry -------------------------------------------------------------------------
+
+    @classmethod
+    def named(cls, name: str) -> MemoryStore:
+        """The shared store called *name*, created if needed."""
+        store = cls._registry.get(name)
+        if store is None:
+            store = cls._registry[name] = cls(name)
+        return store
+
+    def _attach(self) -> None:
+        self._users += 1
+
+    def _detach(self) -> None:
+        self._users -= 1
+        if self._users == 0 and self._registry.get(self.name) is self:
+            del self._registry[self.name]
+
+    # -- fault hooks ----------------------------------------------------------------------
+
+    def expire_lease(self, lease_id: int) -> None:
+        """Expire lease *lease_id* now, deleting every key bound to it."""
+        record = self._leases.pop(lease_id, None)
+        if record is not None:
+            for key in sorted(record.keys):
+                self._delete_key(key)
+
+    def drop_key(self, key: str) -> bool:
+        """Delete *key* as another client would. Returns whether it existed."""
+        return self._delete_key(key)
+
+    def keys(self, prefix: str = "") -> list[str]:
+        """Every live key under *prefix* (for assertions in tests)."""
+        return sorted(k for k in self._kv if k.startswith(prefix))
+
+    # -- the data model -------------------------------------------------------------------
+
+    def _next_revision(self) -> int:
+        self.revision += 1
+        return self.revision
+
+    def _put(self, key: str, value: bytes, lease: int) -> Entry:
+        if lease and lease not in self._leases:
+            raise SessionExpiredError(f"lease {lease:x} not found")
+        old = self._kv.get(key)
+        if old is not None and old.lease and old.lease in self._leases:
+            self._leases[old.lease].keys.discard(key)
+        rev = self._next_revision()
+        entry = Entry(key, value, old.revision if old else rev, rev, lease)
+        self._kv[key] = entry
+        if lease:
+            self._leases[lease].keys.add(key)
+        self._notify(Change(ChangeKind.PUT, entry, rev))
+        return entry
+
+    def _delete_key(self, key: str) -> bool:
+        entry = self._kv.pop(key, None)
+        if entry is None:
+            return False
+        if entry.lease in self._leases:
+            self._leases[entry.lease].keys.discard(key)
+        rev = self._next_revision()
+        for event in self._deleted.pop(key, ()):
+            self.wakeups += 1
+            event.set()
+        self._notify(Change(ChangeKind.DELETE, Entry(key), rev))
+        return True
+
+    def _notify(self, change: Change) -> None:
+        self._history.append(change)
+        for prefix, stream in list(self._watchers):
+            if change.entry.key.startswith(prefix):
+                try:
+                    stream.send_nowait(change)
+                except anyio.WouldBlock:  # a watcher that does not keep up is dropped
+                    stream.close()
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    pass
+
+    def _queue(self, prefix: str) -> list[Entry]:
+        mark = prefix + WAITER_MARK
+        waiters = [
+            e for k, e in self._kv.items() if k.startswith(mark) and "/" not in k[len(mark) :]
+        ]
+        return sorted(waiters, key=lambda e: e.revision)
+
+    def _position(self, entry: Entry, prefix: str, ahead: int | None) -> Position:
+        before = [e for e in self._queue(prefix) if e.revision < entry.revision]
+        before.reverse()
+        return Position(
+            entry, tuple(before[:ahead] if ahead is not None else before), self.revision
+        )
+
+
+class _MemoryLease(KeptAliveLease):
+    def __init__(self, backend: MemoryBackend, lease_id: int, ttl: float, sent_at: float) -> None:
+        super().__init__(lease_id, ttl, sent_at=sent_at)
+        self._backend = backend
+
+    async def _refresh(self) -> float:
+        return await self._backend._refresh(self.id)
+
+    async def _revoke(self) -> None:
+        self._backend._check()
+        self._backend.store.expire_lease(self.id)
+        await checkpoint()
+
+
+class MemoryBackend(Backend):
+    """A client of a :class:`MemoryStore`. Pure anyio: runs on asyncio and trio.
+
+    :param store: the store to use; a fresh private one if omitted
+    """
+
+    def __init__(self, store: MemoryStore | None = None) -> None:
+        self.store = store if store is not None else MemoryStore()
+        self._tg: TaskGroup | None = None
+        self._granted: list[int] = []
+        self._stalled = False
+        self._partitioned = False
+
+    @classmethod
+    def from_url(cls, url: ParsedURL, **options: object) -> MemoryBackend:
+        """Build from a parsed ``memory://name`` URL: the shared store called *name*."""
+        if options:
+            raise ConfigurationError(f"memory:// takes no options, got {sorted(options)}")
+        return cls(MemoryStore.named(url.namespace))
+
+    async def __aenter__(self) -> MemoryBackend:
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        self.store._attach()
+        return self
+
+    async def aclose(self) -> None:
+        if self._tg is None:
+            return
+        tg, self._tg = self._tg, None
+        # A client that goes away without revoking: its leases die with it (at once,
+        # rather than after their TTL, so that tests stay fast and deterministic).
+        for lease_id in self._granted:
+            self.store.expire_lease(lease_id)
+        self.store._detach()
+        tg.cancel_scope.cancel()
+        await tg.__aexit__(None, None, None)
+
+    # -- fault hooks ----------------------------------------------------------------------
+
+    async def _fault_expire_lease(self, lease_id: int) -> None:
+        self.store.expire_lease(lease_id)
+        await checkpoint()
+
+    async def _fault_delete_key(self, key: str) -> None:
+        self.store.drop_key(key)
+        await checkpoint()
+
+    async def _fault_wakeups(self) -> int:
+        return self.store.wakeups
+
+    @contextmanager
+    def stall(self) -> Iterator[None]:
+        """Within this block no keepalive reaches the store (like a SIGSTOPped client)."""
+        self._stalled = True
+        try:
+            yield
+        finally:
+            self._stalled = False
+
+    @contextmanager
+    def partition(self) -> Iterator[None]:
+        """Within this block every request fails with BackendUnavailable."""
+        self._partitioned = True
+        try:
+            yield
+        finally:
+            self._partitioned = False
+
+    # -- leases ---------------------------------------------------------------------------
+
+    def _check(self) -> None:
+        if self._tg is None:
+            raise ClosedError("the memory backend is closed")
+        if self._partitioned:
+            raise BackendUnavailable("memory store unreachable (partition hook)")
+
+    async def grant(self, ttl: float) -> Lease:
+        self._check()
+        assert self._tg is not None
+        now = anyio.current_time()
+        lease_id = next(self.store._lease_ids)
+        self.store._leases[lease_id] = _LeaseRecord(ttl, now + ttl)
+        lease = _MemoryLease(self, lease_id, ttl, now)
+        self._granted.append(lease_id)
+        self._tg.start_soon(self._expire_at_deadline, lease_id)
+        await self._tg.start(lease.run)
+        return lease
+
+    async def _refresh(self, lease_id: int) -> float:
+        self._check()
+        if self._stalled:
+            await anyio.sleep_forever()
+        record = self.store._leases.get(lease_id)
+        if record is None:
+            return 0
+        record.deadline = anyio.current_time() + record.ttl
+        record.refreshed.set()
+        record.refreshed = anyio.Event()
+        await checkpoint()
+        return record.ttl
+
+    async def _expire_at_deadline(self, lease_id: int) -> None:
+        # The store's side of a TTL: expire the lease unless a refresh moved its deadline.
+        while (record := self.store._leases.get(lease_id)) is not None:
+            with anyio.move_on_after(record.deadline - anyio.current_time()):
+                await record.refreshed.wait()
+                continue
+            if anyio.current_time() >= record.deadline:
+                self.store.expire_lease(lease_id)
+
+    # -- waiter entries -------------------------------------------------------------------
+
+    async def register(
+        self,
+        prefix: str,
+        waiter_id: str,
+        lease: Lease,
+        *,
+        value: bytes = b"",
+        ahead: int | None = 1,
+    ) -> Position:
+        self._check()
+        key = prefix + waiter_id
+        entry = self.store._kv.get(key)
+        if entry is None:
+            entry = self.store._put(key, value, lease.id)
+        position = self.store._position(entry, prefix, ahead)
+        await checkpoint()
+        return position
+
+    async def position(self, entry: Entry, *, ahead: int | None = 1) -> Position:
+        self._check()
+        current = self.store._kv.get(entry.key)
+        if current is None or current.revision != entry.revision:
+            raise EntryGoneError(f"{entry.key} no longer exists")
+        prefix = entry.key[: entry.key.rindex("/") + 1]
+        position = self.store._position(current, prefix, ahead)
+        await checkpoint()
+        return position
+
+    async def wait_deleted(self, keys: Sequence[str], *, revision: int) -> None:
+        self._check()
+        if any(key not in self.store._kv for key in keys):
+            await checkpoint()
+            return
+        event = anyio.Event()
+        for key in keys:
+            self.store._deleted.setdefault(key, []).append(event)
+        try:
+            await event.wait()
+        finally:
+            for key in keys:
+                waiters = self.store._deleted.get(key, [])
+                if event in waiters:
+                    waiters.remove(event)
+
+    async def delete(self, entry: Entry) -> bool:
+        self._check()
+        current = self.store._kv.get(entry.key)
+        same = current is not None and (
+            current.revision == entry.revision
+            if not entry.provisional
+            else current.lease == entry.lease
+        )
+        deleted = same and self.store._delete_key(entry.key)
+        await checkpoint()
+        return deleted
+
+    # -- plain keys -----------------------------------------------------------------------
+
+    async def get(self, key: str) -> Entry | None:
+        self._check()
+        entry = self.store._kv.get(key)
+        await checkpoint()
+        return entry
+
+    async def put(self, key: str, value: bytes, *, lease: Lease | None = None) -> Entry:
+        self._check()
+        entry = self.store._put(key, value, lease.id if lease else 0)
+        await checkpoint()
+        return entry
+
+    async def compare_and_set(
+        self, key: str, value: bytes, *, version: int | None, lease: Lease | None = None
+    ) -> Entry | None:
+        self._check()
+        current = self.store._kv.get(key)
+        ok = (
+            current is None
+            if version is None
+            else (current is not None and current.version == version)
+        )
+        entry = self.store._put(key, value, lease.id if lease else 0) if ok else None
+        await checkpoint()
+        return entry
+
+    async def entries(self, prefix: str, *, limit: int | None = None) -> Listing:
+        self._check()
+        queue = self.store._queue(prefix)
+        listing = Listing(tuple(queue[:limit] if limit is not None else queue), self.store.revision)
+        await checkpoint()
+        return listing
+
+    @asynccontextmanager
+    async def watch(self, prefix: str, *, revision: int) -> AsyncIterator[AsyncIterator[Change]]:
+        self._check()
+        send, receive = anyio.create_memory_object_stream[Change](20_000)
+        for change in self.store._history:
+            if change.revision > revision and change.entry.key.startswith(prefix):
+                send.send_nowait(change)
+        item = (prefix, send)
+        self.store._watchers.append(item)
+        try:
+            async with receive:
+                yield receive
+        finally:
+            self.store._watchers.remove(item)
+            send.close()

@@ -1,0 +1,24 @@
+"""Test support for coord and for the test suites of coord's users.
+
+* :class:`EtcdServer` starts a real etcd (Debian's ``etcd-server``) on free loopback ports
+  in a temporary directory, and can stop, restart, pause (SIGSTOP) and resume it.
+* Fault hooks that work on every backend: :func:`expire_session` (the store ends a
+  client's session now), :func:`drop_key` (another client deletes a key).
+* :func:`wait_for_waiters`: wait, by watching, until a lock has a number of waiters.
+* A pytest plugin (:mod:`coord.testing.pytest_plugin`, loaded automatically when coord is
+  installed) with session-scoped server fixtures.
+"""
+
+from __future__ import annotations
+
+from ._faults import drop_key, expire_session, server_wakeups, wait_for_waiters
+from ._servers import EtcdServer, ServerNotFound
+
+__all__ = [
+    "EtcdServer",
+    "ServerNotFound",
+    "drop_key",
+    "expire_session",
+    "server_wakeups",
+    "wait_for_waiters",
+]

@@ -1,0 +1,57 @@
+"""Fault hooks that work on every backend (each backend implements ``_fault_*`` methods)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .. import _keys
+
+if TYPE_CHECKING:
+    from .._client import Client
+
+__all__ = ["drop_key", "expire_session", "server_wakeups", "wait_for_waiters"]
+
+
+def _hooks(client: Client) -> Any:
+    backend = client.backend
+    if not hasattr(backend, "_fault_expire_lease"):
+        raise TypeError(f"{type(backend).__name__} offers no fault hooks")
+    return backend
+
+
+async def expire_session(client: Client) -> None:
+    """Make the store end *client*'s session now, as if its TTL had run out.
+
+    On etcd the lease is revoked (by a separate connection); on memory the store expires
+    it. Every key bound to the session is deleted by the store; the client learns of it
+    the way it would in production (watches, keepalive replies).
+    """
+    await _hooks(client)._fault_expire_lease(client.session.lease.id)
+
+
+async def drop_key(client: Client, key: str) -> None:
+    """Delete *key* (relative to the client's namespace) as another client would."""
+    await _hooks(client)._fault_delete_key(key)
+
+
+async def server_wakeups(client: Client) -> int:
+    """A server-side count of watch notifications sent so far (all clients).
+
+    etcd: ``grpc_server_msg_sent_total`` for the Watch method, read from ``/metrics``;
+    memory: deletions delivered to waiters. Compare differences, never absolute values.
+    """
+    return int(await _hooks(client)._fault_wakeups())
+
+
+async def wait_for_waiters(client: Client, name: str, count: int) -> None:
+    """Return once the lock *name* has at least *count* registered entries (holder
+    included). Watches the prefix; never polls."""
+    backend = client.backend
+    prefix = _keys.prefix_of(name)
+    listing = await backend.entries(prefix)
+    if len(listing.entries) >= count:
+        return
+    async with backend.watch(prefix, revision=listing.revision) as changes:
+        async for _ in changes:
+            if len((await backend.entries(prefix)).entries) >= count:
+                return

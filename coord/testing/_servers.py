@@ -1,0 +1,227 @@
+"""Real coordination servers as local processes, for tests.
+
+Each server runs on free loopback ports in a temporary directory and can be stopped,
+restarted (same ports, same data), paused with SIGSTOP and resumed. These are blocking,
+synchronous helpers meant for (session-scoped) pytest fixtures, not for the event loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import TYPE_CHECKING, Self
+
+from ._metrics import parse_metric
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+__all__ = ["EtcdServer", "ServerNotFound", "free_port"]
+
+
+class ServerNotFound(RuntimeError):
+    """The server binary is not installed."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class _Process:
+    """A server process with a log file, started and stopped by subclasses."""
+
+    name = "server"
+
+    def __init__(self, directory: str | os.PathLike[str] | None) -> None:
+        self._own_dir = directory is None
+        self.directory = Path(directory or tempfile.mkdtemp(prefix=f"coord-{self.name}-"))
+        self.log_path = self.directory / f"{self.name}.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._paused = False
+
+    def _command(self) -> list[str]:
+        raise NotImplementedError
+
+    def _ready(self) -> bool:
+        raise NotImplementedError
+
+    def _env(self) -> dict[str, str] | None:
+        return None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self, *, timeout: float = 60.0) -> Self:
+        """Start the server and wait until it serves requests."""
+        if self.running:
+            return self
+        with self.log_path.open("ab") as log:
+            self._proc = subprocess.Popen(
+                self._command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.directory,
+                env=self._env(),
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout
+        while not self._ready():
+            if self._proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited at start:\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"{self.name} not ready after {timeout}s:\n{self.log_tail()}")
+            time.sleep(0.05)
+        return self
+
+    def stop(self, *, kill: bool = False) -> None:
+        """Stop the server (SIGTERM, or SIGKILL with ``kill=True``). Data is kept."""
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        if self._paused:
+            self.resume_process(proc)
+        proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def restart(self, *, kill: bool = False) -> Self:
+        """Stop and start again on the same ports with the same data."""
+        self.stop(kill=kill)
+        return self.start()
+
+    def pause(self) -> None:
+        """SIGSTOP the server: connections stay open, nothing is answered."""
+        if self._proc is not None:
+            os.killpg(self._proc.pid, signal.SIGSTOP)
+            self._paused = True
+
+    def resume(self) -> None:
+        """SIGCONT a paused server."""
+        if self._proc is not None:
+            self.resume_process(self._proc)
+
+    def resume_process(self, proc: subprocess.Popen[bytes]) -> None:
+        os.killpg(proc.pid, signal.SIGCONT)
+        self._paused = False
+
+    def log_tail(self, lines: int = 60) -> str:
+        """The last lines of the server's log."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def close(self) -> None:
+        """Stop the server and remove its directory (if we made it)."""
+        self.stop(kill=True)
+        if self._own_dir:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class EtcdServer(_Process):
+    """A single-member etcd cluster on loopback.
+
+    Example::
+
+        with EtcdServer() as etcd:
+            async with coord.connect(etcd.url + "/myapp") as client: ...
+
+    :param binary: the ``etcd`` executable; default ``$COORD_ETCD_BIN`` or ``etcd`` on PATH
+    :param directory: where data and log go; a fresh temporary directory by default
+    :param election_timeout_ms: short by default so that restarts recover quickly and
+        leases as short as 1 s are allowed
+    :raises ServerNotFound: if the binary is not installed
+    """
+
+    name = "etcd"
+
+    def __init__(
+        self,
+        *,
+        binary: str | None = None,
+        directory: str | os.PathLike[str] | None = None,
+        election_timeout_ms: int = 500,
+        heartbeat_ms: int = 50,
+    ) -> None:
+        found = binary or os.environ.get("COORD_ETCD_BIN") or shutil.which("etcd")
+        if not found or not Path(found).exists():
+            raise ServerNotFound(
+                "etcd not found: install Debian's etcd-server package "
+                "(apt-get install etcd-server) or set COORD_ETCD_BIN"
+            )
+        super().__init__(directory)
+        self.binary = found
+        self.client_port = free_port()
+        self.peer_port = free_port()
+        self._election = election_timeout_ms
+        self._heartbeat = heartbeat_ms
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.client_port}"
+
+    @property
+    def url(self) -> str:
+        """``etcd://127.0.0.1:<port>``; append ``/namespace`` to isolate a test."""
+        return f"etcd://{self.endpoint}"
+
+    def _command(self) -> list[str]:
+        client = f"http://{self.endpoint}"
+        peer = f"http://127.0.0.1:{self.peer_port}"
+        return [
+            self.binary,
+            "--name=coord-test",
+            f"--data-dir={self.directory / 'data'}",
+            f"--listen-client-urls={client}",
+            f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={peer}",
+            f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=coord-test={peer}",
+            f"--election-timeout={self._election}",
+            f"--heartbeat-interval={self._heartbeat}",
+            "--logger=zap",
+            "--log-outputs=stderr",
+        ]
+
+    def _ready(self) -> bool:
+        with contextlib.suppress(OSError, ValueError):
+            with urllib.request.urlopen(f"http://{self.endpoint}/health", timeout=1) as resp:
+                return b'"true"' in resp.read()
+        return False
+
+    def metrics(self) -> str:
+        """The Prometheus text from ``/metrics``."""
+        with urllib.request.urlopen(f"http://{self.endpoint}/metrics", timeout=5) as resp:
+            return str(resp.read().decode())
+
+    def metric(self, name: str, **labels: str) -> float:
+        """Sum of the samples of metric *name* whose labels include *labels*."""
+        return parse_metric(self.metrics(), name, **labels)

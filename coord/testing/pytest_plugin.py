@@ -1,0 +1,91 @@
+"""pytest plugin: real servers for integration tests, started once per test session.
+
+Loaded automatically (entry point ``pytest11``) when coord is installed. Fixtures:
+
+* ``etcd_server`` (session): an :class:`~coord.testing.EtcdServer` started by the tests.
+* ``etcd_url``: an ``etcd://`` URL with a fresh namespace per test, so that tests share
+  one server and never see each other's keys. ``$COORD_TEST_ETCD_URL`` points the tests
+  at an existing cluster instead (tests that stop or pause the server are then skipped).
+
+A missing server binary skips the tests that need it, loudly, on a laptop; when the
+``CI`` environment variable is set it fails them: CI never passes by skipping.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import TYPE_CHECKING
+
+import pytest
+
+from ._servers import EtcdServer, ServerNotFound
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Generator, Iterator
+
+__all__ = ["etcd_server", "etcd_url", "fresh_namespace"]
+
+
+def _start_or_skip(factory: Callable[[], EtcdServer]) -> EtcdServer:
+    try:
+        return factory().start()
+    except ServerNotFound as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"{exc} (CI is set: a missing server fails the run)", pytrace=False)
+        pytest.skip(f"SKIPPED LOUDLY: {exc}")
+
+
+def fresh_namespace() -> str:
+    """A namespace no other test uses."""
+    return f"t{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="session")
+def etcd_server() -> Iterator[EtcdServer]:
+    """A real etcd started for this test session (stopped at the end)."""
+    if os.environ.get("COORD_TEST_ETCD_URL"):
+        pytest.skip("COORD_TEST_ETCD_URL is set: not starting a local etcd")
+    server = _start_or_skip(EtcdServer)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def etcd_url(request: pytest.FixtureRequest) -> str:
+    """An ``etcd://`` URL with a namespace of this test's own."""
+    base = os.environ.get("COORD_TEST_ETCD_URL")
+    if not base:
+        server: EtcdServer = request.getfixturevalue("etcd_server")
+        if not server.running:  # a previous test left it stopped
+            server.start()
+        base = server.url
+    return f"{base.rstrip('/')}/{fresh_namespace()}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, None]:
+    """On failure, attach the tail of each server's log to the report."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        funcargs = getattr(item, "funcargs", {})
+        for value in funcargs.values():
+            if isinstance(value, EtcdServer):
+                report.sections.append((f"{value.name} log (tail)", value.log_tail()))
+        server = _session_server(item)
+        if server is not None and server not in funcargs.values():
+            report.sections.append((f"{server.name} log (tail)", server.log_tail()))
+
+
+def _session_server(item: pytest.Item) -> EtcdServer | None:
+    fixtures = getattr(item, "_fixtureinfo", None)
+    if fixtures is None or "etcd_server" not in fixtures.names_closure:
+        return None
+    defs = item.session._fixturemanager.getfixturedefs("etcd_server", item)
+    cached = getattr(defs[-1], "cached_result", None) if defs else None
+    return cached[0] if cached and isinstance(cached[0], EtcdServer) else None

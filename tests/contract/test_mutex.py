@@ -1,0 +1,375 @@
+"""The Mutex conformance suite (trio's generic_lock_test, etcd's mutex tests), run on
+every backend. Faults are injected the way they happen in production: the store ends a
+session, another client deletes a key."""
+
+from __future__ import annotations
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+import coord
+from coord.testing import drop_key, expire_session, server_wakeups, wait_for_waiters
+
+pytestmark = pytest.mark.anyio
+
+
+async def waiter_keys(client: coord.Client, name: str) -> list[str]:
+    listing = await client.backend.entries(name + "/")
+    return [e.key for e in listing.entries]
+
+
+async def test_mutual_exclusion_50_tasks_4_clients(clients: list[coord.Client]) -> None:
+    inside = 0
+    fences: list[int] = []
+
+    async def worker(i: int) -> None:
+        nonlocal inside
+        async with clients[i % 4].mutex("exclusion") as hold:
+            inside += 1
+            assert inside == 1, "two holders at once"
+            fences.append(hold.fence)
+            await anyio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint()
+            assert inside == 1, "two holders at once"
+            inside -= 1
+
+    with anyio.fail_after(15):
+        async with anyio.create_task_group() as tg:
+            for i in range(50):
+                tg.start_soon(worker, i)
+    assert len(fences) == 50
+    assert fences == sorted(fences), "fences must increase from holder to holder"
+    assert len(set(fences)) == 50, "fences must strictly increase"
+    assert await waiter_keys(clients[0], "exclusion") == []
+
+
+async def test_one_mutex_object_shared_by_many_tasks(clients: list[coord.Client]) -> None:
+    # etcd #10756: two acquires on one session must never both own the lock.
+    client = clients[0]
+    mutex = client.mutex("shared")
+    inside = 0
+
+    async def worker() -> None:
+        nonlocal inside
+        async with mutex:
+            inside += 1
+            assert mutex.locked()
+            await anyio.lowlevel.checkpoint()
+            assert inside == 1
+            inside -= 1
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            for _ in range(10):
+                tg.start_soon(worker)
+    assert not mutex.locked()
+
+
+async def test_fifo_order_is_registration_order(clients: list[coord.Client]) -> None:
+    a, b, _, _ = clients
+    order: list[int] = []
+    first = a.mutex("fifo")
+    await first.acquire()
+
+    async def waiter(i: int) -> None:
+        async with (a if i % 2 else b).mutex("fifo"):
+            order.append(i)
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            for i in range(8):
+                tg.start_soon(waiter, i)
+                await wait_for_waiters(a, "fifo", i + 2)  # registered before the next starts
+            assert order == []
+            await first.release()
+    assert order == list(range(8))
+
+
+async def test_fence_increases_between_holders(clients: list[coord.Client]) -> None:
+    a, b, _, _ = clients
+    async with a.mutex("fence") as h1:
+        pass
+    async with b.mutex("fence") as h2:
+        pass
+    async with a.mutex("fence") as h3:
+        pass
+    assert isinstance(h1.fence, int)
+    assert h1.fence < h2.fence < h3.fence
+
+
+async def test_cancel_while_waiting_leaves_no_key(clients: list[coord.Client]) -> None:
+    a, b, _, _ = clients
+    holder = a.mutex("cancel-wait")
+    await holder.acquire()
+    with anyio.move_on_after(10) as outer:
+        async with anyio.create_task_group() as tg:
+
+            async def wait_forever() -> None:
+                await b.mutex("cancel-wait").acquire()
+                pytest.fail("acquired a held lock")
+
+            tg.start_soon(wait_forever)
+            await wait_for_waiters(a, "cancel-wait", 2)
+            tg.cancel_scope.cancel()
+    assert not outer.cancel_called
+    keys = await waiter_keys(a, "cancel-wait")
+    assert len(keys) == 1, keys
+    await holder.release()
+    assert await waiter_keys(a, "cancel-wait") == []
+
+
+async def test_timeout_is_a_cancel_scope(clients: list[coord.Client]) -> None:
+    a, b, _, _ = clients
+    async with a.mutex("timeout"):
+        with pytest.raises(TimeoutError):
+            with anyio.fail_after(0.2):
+                await b.mutex("timeout").acquire()
+        assert len(await waiter_keys(a, "timeout")) == 1
+
+
+async def test_cancel_before_registration_reply_leaves_no_key(clients: list[coord.Client]) -> None:
+    # A cancel that arrives while the registration request is in flight: the key may exist
+    # on the store, and it must be removed.
+    client = clients[0]
+    for _ in range(3):
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            await client.mutex("cancel-reg").acquire()
+        assert scope.cancelled_caught
+    assert await waiter_keys(client, "cancel-reg") == []
+
+
+async def test_cancel_while_holding_leaves_no_key(clients: list[coord.Client]) -> None:
+    client = clients[0]
+    with anyio.move_on_after(0.1):
+        async with client.mutex("cancel-hold"):
+            await anyio.sleep_forever()
+    assert await waiter_keys(client, "cancel-hold") == []
+    async with client.mutex("cancel-hold"):  # and it can be taken again at once
+        pass
+
+
+async def test_try_acquire(clients: list[coord.Client]) -> None:
+    a, b, _, _ = clients
+    mutex = a.mutex("try")
+    hold = await mutex.try_acquire()
+    assert mutex.locked()
+    with pytest.raises(coord.LockedError):
+        await b.mutex("try").try_acquire()
+    assert await waiter_keys(a, "try") == [hold.key]
+    await mutex.release()
+    hold2 = await b.mutex("try").try_acquire()
+    assert hold2.fence > hold.fence
+
+
+async def test_waiter_ahead_leaving_out_of_order(clients: list[coord.Client]) -> None:
+    a, b, c, _ = clients
+    holder = a.mutex("leave")
+    await holder.acquire()
+    acquired = anyio.Event()
+
+    async def last_waiter() -> None:
+        async with c.mutex("leave"):
+            acquired.set()
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            middle = anyio.CancelScope()
+
+            async def middle_waiter() -> None:
+                with middle:
+                    await b.mutex("leave").acquire()
+
+            tg.start_soon(middle_waiter)
+            await wait_for_waiters(a, "leave", 2)
+            tg.start_soon(last_waiter)
+            await wait_for_waiters(a, "leave", 3)
+            middle.cancel()  # the waiter that the last one watches leaves early
+            with anyio.move_on_after(0.3):
+                await acquired.wait()
+            assert not acquired.is_set(), "acquired while the holder still holds"
+            assert len(await waiter_keys(a, "leave")) == 2
+            await holder.release()
+    assert acquired.is_set()
+
+
+async def test_session_lost_while_holding(clients: list[coord.Client]) -> None:
+    a, b, _, _ = clients
+    body_cancelled = False
+    got_it = anyio.Event()
+
+    async def next_waiter() -> None:
+        async with b.mutex("lost") as hold:
+            assert hold.fence > 0
+            got_it.set()
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            with pytest.raises(coord.LockLost):
+                async with a.mutex("lost") as hold:
+                    tg.start_soon(next_waiter)
+                    await wait_for_waiters(a, "lost", 2)
+                    try:
+                        await expire_session(a)
+                        await anyio.sleep_forever()
+                    except anyio.get_cancelled_exc_class():
+                        body_cancelled = True
+                        raise
+            assert hold.lost
+            assert body_cancelled
+            await got_it.wait()
+    with anyio.fail_after(5):  # the keepalive learns it at its next refresh (ttl / 3)
+        await a.session.wait_lost()
+    with pytest.raises(coord.SessionExpiredError):
+        await a.mutex("lost").acquire()
+
+
+async def test_lock_lost_is_not_an_exception_group(clients: list[coord.Client]) -> None:
+    client = clients[0]
+    with anyio.fail_after(10), pytest.raises(coord.LockLost) as info:
+        async with client.mutex("plain") as hold:
+            await drop_key(client, hold.key)
+            await anyio.sleep_forever()
+    assert type(info.value) is coord.LockLost
+
+
+async def test_key_deleted_by_another_client_while_holding(clients: list[coord.Client]) -> None:
+    a, b, _, _ = clients
+    with anyio.fail_after(10):
+        with pytest.raises(coord.LockLost):
+            async with a.mutex("stolen") as hold:
+                await drop_key(b, hold.key)
+                await hold.wait_lost()
+                await anyio.sleep_forever()
+        assert not a.session.lost  # only that lock is lost, not the session
+        async with a.mutex("stolen") as again:
+            assert again.fence > hold.fence
+
+
+async def test_own_key_deleted_while_waiting(clients: list[coord.Client]) -> None:
+    # etcd #19597 / #11456: a waiter whose key vanishes must not hang nor be granted.
+    a, b, _, _ = clients
+    holder = a.mutex("gone")
+    await holder.acquire()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+
+            async def waiter() -> None:
+                with pytest.raises(coord.SessionExpiredError):
+                    await b.mutex("gone").acquire()
+
+            tg.start_soon(waiter)
+            await wait_for_waiters(a, "gone", 2)
+            keys = await waiter_keys(a, "gone")
+            await drop_key(a, keys[1])
+    await holder.release()
+
+
+async def test_session_lost_while_waiting(clients: list[coord.Client]) -> None:
+    a, b, _, _ = clients
+    holder = a.mutex("lost-wait")
+    await holder.acquire()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+
+            async def waiter() -> None:
+                with pytest.raises(coord.SessionExpiredError):
+                    await b.mutex("lost-wait").acquire()
+
+            tg.start_soon(waiter)
+            await wait_for_waiters(a, "lost-wait", 2)
+            await expire_session(b)
+    await holder.release()
+
+
+async def test_release_when_not_held(clients: list[coord.Client]) -> None:
+    client = clients[0]
+    mutex = client.mutex("not-held")
+    with pytest.raises(coord.NotOwnerError):
+        await mutex.release()
+    with pytest.raises(RuntimeError):  # NotOwnerError is a RuntimeError too
+        await mutex.release()
+    async with mutex:
+        pass
+    with pytest.raises(coord.NotOwnerError):
+        await mutex.release()
+
+
+async def test_release_from_another_task_is_refused(clients: list[coord.Client]) -> None:
+    client = clients[0]
+    mutex = client.mutex("other-task")
+    await mutex.acquire()
+    async with anyio.create_task_group() as tg:
+
+        async def intruder() -> None:
+            with pytest.raises(coord.NotOwnerError):
+                await mutex.release()
+
+        tg.start_soon(intruder)
+    assert mutex.locked()
+    await mutex.release()
+
+
+async def test_not_reentrant(clients: list[coord.Client]) -> None:
+    client = clients[0]
+    mutex = client.mutex("reentry")
+    async with mutex:
+        with pytest.raises(coord.LockedError, match="not reentrant"):
+            await mutex.acquire()
+
+
+async def test_invalid_names(clients: list[coord.Client]) -> None:
+    client = clients[0]
+    for bad in ["", "/a", "a/", "a//b", "a b", "@x", ".hidden", "a/../b", "x" * 600, "zookeeper"]:
+        with pytest.raises(coord.ConfigurationError):
+            client.mutex(bad)
+    with pytest.raises(coord.ConfigurationError, match="must be a str"):
+        client.mutex(42)  # type: ignore[arg-type]
+
+
+async def test_nested_names_do_not_share_a_queue(clients: list[coord.Client]) -> None:
+    client = clients[0]
+    parent, child = client.mutex("nest"), client.mutex("nest/child")
+    async with child:
+        with anyio.fail_after(5):
+            async with parent:  # would deadlock if "nest/child/..." were in nest's queue
+                pass
+
+
+async def test_release_wakes_exactly_one_waiter(clients: list[coord.Client]) -> None:
+    """A release costs the same number of watch notifications with 2 or 12 waiters."""
+    a = clients[0]
+    costs = []
+    for waiters in (2, 12):
+        name = f"herd{waiters}"
+        holder = a.mutex(name)
+        await holder.acquire()
+        woken = 0
+        first = anyio.Event()
+        async with anyio.create_task_group() as tg:
+
+            async def waiter() -> None:
+                nonlocal woken
+                async with a.mutex(name):  # noqa: B023
+                    woken += 1
+                    first.set()  # noqa: B023
+                    await anyio.sleep_forever()
+
+            for _ in range(waiters):
+                tg.start_soon(waiter)
+            await wait_for_waiters(a, name, waiters + 1)
+            await anyio.sleep(0.2)  # let every watch be established on the store
+            before = await server_wakeups(a)
+            await holder.release()
+            with anyio.fail_after(5):
+                await first.wait()
+            await anyio.sleep(0.2)  # anything else a release would wake has arrived by now
+            costs.append(await server_wakeups(a) - before)
+            assert woken == 1
+            tg.cancel_scope.cancel()
+    # etcd: the waiter's event, its two watch cancels, the old holder's guard-watch cancel,
+    # the new holder's guard watch: 5 messages, whatever the number of waiters; 6 when the
+    # old holder's delete overtakes its guard-watch cancel (another stream) on the server.
+    assert abs(costs[1] - costs[0]) <= 1, f"notifications per release grew with waiters: {costs}"
+    assert max(costs) <= 6, costs

@@ -1,0 +1,49 @@
+"""The public API: every name in coord.__all__ exists, is documented as coord.X, and the
+top-level package never imports a backend (they load lazily, like anyio's)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import coord
+
+
+def test_every_export_exists_and_lives_in_coord() -> None:
+    for name in coord.__all__:
+        obj = getattr(coord, name)
+        assert getattr(obj, "__module__", "coord") == "coord", name
+
+
+def test_exports_are_exactly_the_public_names() -> None:
+    # (pytest's assertion rewriting adds "@py_..." names to the plugin's package)
+    public = {n for n in dir(coord) if n[0] not in "_@" and n != "annotations"}
+    modules = {"abc", "backends", "testing"}
+    assert set(coord.__all__) == public - modules
+
+
+def test_error_tree() -> None:
+    assert issubclass(coord.LockLost, coord.SessionExpiredError)
+    assert issubclass(coord.LeadershipLost, coord.LockLost)
+    for exc in (
+        coord.BackendError,
+        coord.SessionExpiredError,
+        coord.LockedError,
+        coord.NotOwnerError,
+        coord.ClosedError,
+        coord.ConfigurationError,
+    ):
+        assert issubclass(exc, coord.CoordError)
+    assert issubclass(coord.NotOwnerError, RuntimeError)
+    assert issubclass(coord.ConfigurationError, ValueError)
+    assert issubclass(coord.BackendUnavailable, OSError)
+
+
+def test_importing_coord_imports_no_backend() -> None:
+    code = (
+        "import sys, coord; "
+        "bad = [m for m in sys.modules if m.startswith(('coord.backends.', 'aetcd', 'kazoo', "
+        "'grpc', 'aiokafka'))]; print(bad); sys.exit(1 if bad else 0)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr

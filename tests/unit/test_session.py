@@ -1,0 +1,105 @@
+"""Leases and sessions on the memory backend, with trio's MockClock for the TTLs."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+from trio.testing import MockClock
+
+import coord
+from coord.backends._keepalive import KeptAliveLease
+from coord.backends.memory import MemoryBackend, MemoryStore
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> tuple[str, dict[str, object]]:
+    return ("trio", {"clock": MockClock(autojump_threshold=0)})
+
+
+async def test_stalled_holder_loses_lock_at_ttl_and_next_waiter_gets_it() -> None:
+    store = MemoryStore()
+    stalled, healthy = MemoryBackend(store), MemoryBackend(store)
+    async with coord.Client(stalled, ttl=10) as a, coord.Client(healthy, ttl=10) as b:
+        granted_at = None
+
+        async def waiter() -> None:
+            nonlocal granted_at
+            async with b.mutex("job"):
+                granted_at = anyio.current_time()
+
+        start = anyio.current_time()
+        async with anyio.create_task_group() as tg:
+            with pytest.raises(coord.LockLost):
+                async with a.mutex("job"):
+                    tg.start_soon(waiter)
+                    with stalled.stall():  # a paused process: no keepalive reaches the store
+                        await anyio.sleep(3600)
+            lost_after = anyio.current_time() - start
+        assert 9 <= lost_after <= 10.5, lost_after
+        assert granted_at is not None
+        assert granted_at - start <= 10.5
+        assert a.session.lost
+        assert not b.session.lost
+
+
+async def test_partition_longer_than_ttl_loses_session_shorter_does_not() -> None:
+    async with coord.Client(MemoryBackend(), ttl=6) as client:
+        with client.backend.partition():  # type: ignore[attr-defined]
+            await anyio.sleep(4)
+        await anyio.sleep(30)
+        assert not client.session.lost
+        with client.backend.partition():  # type: ignore[attr-defined]
+            await anyio.sleep(7)
+        assert client.session.lost
+
+
+class SlowRepliesLease(KeptAliveLease):
+    """A lease whose keepalive replies take `delay` seconds to come back."""
+
+    delay = 2.0
+
+    async def _refresh(self) -> float:
+        await anyio.sleep(self.delay)
+        return self.ttl
+
+    async def _revoke(self) -> None:
+        pass
+
+
+async def test_deadline_is_measured_from_the_send_time() -> None:
+    lease = SlowRepliesLease(1, 9.0, sent_at=anyio.current_time())
+    async with anyio.create_task_group() as tg:
+        await tg.start(lease.run)
+        sent = anyio.current_time() + 3.0  # the first keepalive goes out at ttl / 3
+        await anyio.sleep(3.0 + lease.delay + 0.1)  # ... and its reply is back
+        assert lease.deadline == pytest.approx(sent + 9.0)  # not receipt + 9
+        tg.cancel_scope.cancel()
+
+
+async def test_lease_lost_when_store_says_it_is_gone() -> None:
+    async with coord.Client(MemoryBackend(), ttl=9) as client:
+        client.backend.store.expire_lease(client.session.lease.id)  # type: ignore[attr-defined]
+        with anyio.fail_after(3.5):  # noticed at the next keepalive, ttl / 3 later
+            await client.session.wait_lost()
+
+
+async def test_guarded_wait_is_woken_by_session_loss() -> None:
+    # etcd #19597: a waiter must not sleep on after its session died.
+    store = MemoryStore()
+    async with coord.Client(MemoryBackend(store), ttl=9) as a:
+        async with coord.Client(MemoryBackend(store), ttl=9) as b:
+            async with a.mutex("m"):
+                with pytest.raises(coord.SessionExpiredError), anyio.fail_after(60):
+                    with b.backend.stall():  # type: ignore[attr-defined]
+                        await b.mutex("m").acquire()
+            assert store.keys() == []
+
+
+async def test_closing_the_session_revokes_its_keys() -> None:
+    store = MemoryStore()
+    async with coord.Client(MemoryBackend(store)) as client:
+        await client.mutex("x").acquire()
+        assert len(store.keys()) == 1
+    assert store.keys() == []
