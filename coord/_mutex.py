@@ -159,22 +159,30 @@ class Mutex:
         return self._grant(position.entry)
 
     async def _register(self) -> Position:
-        # Registration is shielded (and bounded by the TTL) so that its outcome is always
-        # known: a cancel arriving mid-request must not leave an unknown key behind.
+        """Register a waiter key; a cancelled call leaves no key behind.
+
+        The request runs in a task of the session, which owns its outcome: if we are
+        cancelled while it is in flight, we return at once and that task deletes the key
+        when the request completes (bounded by the TTL). Deleting right away could reach
+        the store before the request itself and leave the key behind.
+        """
+        await checkpoint_if_cancelled()  # already cancelled: register nothing at all
         lease = self._session.check()
-        waiter_id = _keys.new_waiter_id()
-        entry = Entry(self._prefix + waiter_id, lease=lease.id)
-        position: Position | None = None
+        outcome = _Registration(self._prefix, _keys.new_waiter_id(), lease.id)
+        self._session.start_soon(lambda: outcome.run(self._session))
         try:
-            with anyio.move_on_after(self._session.ttl, shield=True):
-                position = await self._session.backend.register(self._prefix, waiter_id, lease)
-            if position is None:
-                raise BackendUnavailable(f"registering a waiter for {self._name!r} timed out")
-            await checkpoint_if_cancelled()
+            await outcome.done.wait()
         except BaseException:
-            await self._discard(position.entry if position else entry)
+            if outcome.done.is_set() and outcome.position is not None:
+                await self._discard(outcome.position.entry)  # it arrived: ours to delete
+            else:
+                outcome.abandoned = True  # the task deletes it when the reply comes
             raise
-        return position
+        if outcome.error is not None:
+            raise outcome.error
+        if outcome.position is None:
+            raise BackendUnavailable(f"registering a waiter for {self._name!r} timed out")
+        return outcome.position
 
     def _grant(self, entry: Entry) -> Hold:
         hold = Hold(self._name, entry)
@@ -234,3 +242,32 @@ class Mutex:
         # otherwise the body's own exception propagates untouched.
         await self.release()
         return swallowed
+
+
+class _Registration:
+    """One registration request and its outcome, owned by a task of the session."""
+
+    def __init__(self, prefix: str, waiter_id: str, lease_id: int) -> None:
+        self.prefix = prefix
+        self.waiter_id = waiter_id
+        self.provisional = Entry(prefix + waiter_id, lease=lease_id)
+        self.position: Position | None = None
+        self.error: Exception | None = None
+        self.abandoned = False
+        self.done = anyio.Event()
+
+    async def run(self, session: Session) -> None:
+        try:
+            with anyio.move_on_after(session.ttl):
+                self.position = await session.backend.register(
+                    self.prefix, self.waiter_id, session.lease
+                )
+        except Exception as exc:
+            self.error = exc
+        finally:
+            # Set and checked with no checkpoint in between: the caller either sees the
+            # position (and deletes it itself) or has abandoned it before this point.
+            self.done.set()
+            abandoned = self.abandoned
+        if abandoned and not session.lost:
+            await session.discard(self.position.entry if self.position else self.provisional)

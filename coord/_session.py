@@ -82,15 +82,12 @@ class Session(AsyncResource):
         await self.lease.wait_lost()
 
     async def __aenter__(self) -> Session:
+        # Granted before the task group exists, so that a failure (store unreachable)
+        # is raised as itself, not wrapped in an ExceptionGroup.
+        self._lease = await self._backend.grant(self._ttl)
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
-        try:
-            self._lease = await self._backend.grant(self._ttl)
-            self._tg.start_soon(self._cancel_on_loss, self._lease)
-        except BaseException as exc:
-            self._tg.cancel_scope.cancel()
-            await self._tg.__aexit__(type(exc), exc, exc.__traceback__)
-            raise
+        self._tg.start_soon(self._cancel_on_loss, self._lease)
         return self
 
     async def __aexit__(

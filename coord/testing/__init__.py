@@ -11,14 +11,23 @@
 
 from __future__ import annotations
 
-from ._faults import drop_key, expire_session, server_wakeups, wait_for_waiters
-from ._servers import EtcdServer, ServerNotFound
+from ._faults import (
+    drop_key,
+    expire_session,
+    server_wakeups,
+    wait_for_no_waiters,
+    wait_for_waiters,
+)
+from ._servers import EtcdServer, ServerNotFound, ServerTLS, free_port
 
 __all__ = [
     "EtcdServer",
     "ServerNotFound",
+    "ServerTLS",
     "drop_key",
     "expire_session",
+    "free_port",
     "server_wakeups",
+    "wait_for_no_waiters",
     "wait_for_waiters",
 ]

@@ -7,9 +7,17 @@ from typing import TYPE_CHECKING, Any
 from .. import _keys
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .._client import Client
 
-__all__ = ["drop_key", "expire_session", "server_wakeups", "wait_for_waiters"]
+__all__ = [
+    "drop_key",
+    "expire_session",
+    "server_wakeups",
+    "wait_for_no_waiters",
+    "wait_for_waiters",
+]
 
 
 def _hooks(client: Client) -> Any:
@@ -46,12 +54,21 @@ async def server_wakeups(client: Client) -> int:
 async def wait_for_waiters(client: Client, name: str, count: int) -> None:
     """Return once the lock *name* has at least *count* registered entries (holder
     included). Watches the prefix; never polls."""
+    await _wait_for_queue(client, name, lambda n: n >= count)
+
+
+async def wait_for_no_waiters(client: Client, name: str) -> None:
+    """Return once the lock *name* has no entry at all (nobody holds or waits)."""
+    await _wait_for_queue(client, name, lambda n: n == 0)
+
+
+async def _wait_for_queue(client: Client, name: str, done: Callable[[int], bool]) -> None:
     backend = client.backend
     prefix = _keys.prefix_of(name)
     listing = await backend.entries(prefix)
-    if len(listing.entries) >= count:
+    if done(len(listing.entries)):
         return
     async with backend.watch(prefix, revision=listing.revision) as changes:
         async for _ in changes:
-            if len((await backend.entries(prefix)).entries) >= count:
+            if done(len((await backend.entries(prefix)).entries)):
                 return

@@ -12,19 +12,22 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
 from ._metrics import parse_metric
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from types import TracebackType
 
-__all__ = ["EtcdServer", "ServerNotFound", "free_port"]
+__all__ = ["EtcdServer", "ServerNotFound", "ServerTLS", "free_port"]
 
 
 class ServerNotFound(RuntimeError):
@@ -146,6 +149,37 @@ class _Process:
         self.close()
 
 
+@dataclass(frozen=True)
+class ServerTLS:
+    """PEM files for an etcd server with TLS on its client port.
+
+    :ivar ca_file: the CA that signed the server (and client) certificates
+    :ivar client_cert_auth: require clients to present a certificate signed by the CA;
+        then *client_cert* and *client_key* are used for the server's own health checks
+    """
+
+    ca_file: str
+    cert_file: str
+    key_file: str
+    client_cert_auth: bool = False
+    client_cert: str | None = None
+    client_key: str | None = None
+
+    def args(self) -> list[str]:
+        args = [
+            f"--cert-file={self.cert_file}",
+            f"--key-file={self.key_file}",
+            f"--trusted-ca-file={self.ca_file}",
+        ]
+        return [*args, "--client-cert-auth"] if self.client_cert_auth else args
+
+    def client_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=self.ca_file)
+        if self.client_cert and self.client_key:
+            context.load_cert_chain(self.client_cert, self.client_key)
+        return context
+
+
 class EtcdServer(_Process):
     """A single-member etcd cluster on loopback.
 
@@ -170,6 +204,8 @@ class EtcdServer(_Process):
         directory: str | os.PathLike[str] | None = None,
         election_timeout_ms: int = 500,
         heartbeat_ms: int = 50,
+        tls: ServerTLS | None = None,
+        extra_args: Sequence[str] = (),
     ) -> None:
         found = binary or os.environ.get("COORD_ETCD_BIN") or shutil.which("etcd")
         if not found or not Path(found).exists():
@@ -183,6 +219,8 @@ class EtcdServer(_Process):
         self.peer_port = free_port()
         self._election = election_timeout_ms
         self._heartbeat = heartbeat_ms
+        self.tls = tls
+        self._extra = list(extra_args)
 
     @property
     def endpoint(self) -> str:
@@ -194,10 +232,13 @@ class EtcdServer(_Process):
         return f"etcd://{self.endpoint}"
 
     def _command(self) -> list[str]:
-        client = f"http://{self.endpoint}"
+        client = f"{self._scheme}://{self.endpoint}"
         peer = f"http://127.0.0.1:{self.peer_port}"
+        tls = self.tls.args() if self.tls else []
         return [
             self.binary,
+            *tls,
+            *self._extra,
             "--name=coord-test",
             f"--data-dir={self.directory / 'data'}",
             f"--listen-client-urls={client}",
@@ -211,16 +252,24 @@ class EtcdServer(_Process):
             "--log-outputs=stderr",
         ]
 
+    @property
+    def _scheme(self) -> str:
+        return "https" if self.tls else "http"
+
+    def _get(self, path: str, timeout: float) -> bytes:
+        context = self.tls.client_context() if self.tls else None
+        url = f"{self._scheme}://{self.endpoint}{path}"
+        with urllib.request.urlopen(url, timeout=timeout, context=context) as resp:
+            return bytes(resp.read())
+
     def _ready(self) -> bool:
         with contextlib.suppress(OSError, ValueError):
-            with urllib.request.urlopen(f"http://{self.endpoint}/health", timeout=1) as resp:
-                return b'"true"' in resp.read()
+            return b'"true"' in self._get("/health", 1)
         return False
 
     def metrics(self) -> str:
         """The Prometheus text from ``/metrics``."""
-        with urllib.request.urlopen(f"http://{self.endpoint}/metrics", timeout=5) as resp:
-            return str(resp.read().decode())
+        return self._get("/metrics", 5).decode()
 
     def metric(self, name: str, **labels: str) -> float:
         """Sum of the samples of metric *name* whose labels include *labels*."""

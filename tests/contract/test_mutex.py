@@ -9,7 +9,13 @@ import anyio.lowlevel
 import pytest
 
 import coord
-from coord.testing import drop_key, expire_session, server_wakeups, wait_for_waiters
+from coord.testing import (
+    drop_key,
+    expire_session,
+    server_wakeups,
+    wait_for_no_waiters,
+    wait_for_waiters,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -128,16 +134,37 @@ async def test_timeout_is_a_cancel_scope(clients: list[coord.Client]) -> None:
         assert len(await waiter_keys(a, "timeout")) == 1
 
 
-async def test_cancel_before_registration_reply_leaves_no_key(clients: list[coord.Client]) -> None:
-    # A cancel that arrives while the registration request is in flight: the key may exist
-    # on the store, and it must be removed.
+async def test_cancelled_before_the_call_registers_nothing(clients: list[coord.Client]) -> None:
     client = clients[0]
-    for _ in range(3):
-        with anyio.CancelScope() as scope:
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await client.mutex("pre-cancelled").acquire()
+    assert scope.cancelled_caught
+    assert await waiter_keys(client, "pre-cancelled") == []
+
+
+async def test_cancel_while_registration_is_in_flight_leaves_no_key(
+    clients: list[coord.Client],
+) -> None:
+    # The cancel arrives after the registration request went out: the key may exist on the
+    # store, and it must be removed (by the task that owns the request, when it completes).
+    a, b, _, _ = clients
+    for _ in range(5):
+        async with anyio.create_task_group() as tg:
+            scope = anyio.CancelScope()
+
+            async def acquire(scope: anyio.CancelScope = scope) -> None:
+                with scope:
+                    await a.mutex("in-flight").acquire()
+                    pytest.fail("acquired although cancelled")
+
+            tg.start_soon(acquire)
+            await anyio.lowlevel.checkpoint()  # the acquire has started and sent its request
             scope.cancel()
-            await client.mutex("cancel-reg").acquire()
-        assert scope.cancelled_caught
-    assert await waiter_keys(client, "cancel-reg") == []
+        with anyio.fail_after(5):
+            await wait_for_no_waiters(b, "in-flight")
+    async with b.mutex("in-flight"):  # nothing stuck in the queue
+        pass
 
 
 async def test_cancel_while_holding_leaves_no_key(clients: list[coord.Client]) -> None:

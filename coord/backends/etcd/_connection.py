@@ -14,9 +14,10 @@ uses only its generated messages and stubs (``aetcd.rpc``) and manages channels 
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import grpc
@@ -34,7 +35,9 @@ from ..._exceptions import (
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-__all__ = ["Connection", "TLSFiles", "finish", "translate"]
+__all__ = ["Connection", "TLSFiles", "finish", "guarded", "translate"]
+
+T = TypeVar("T")
 
 _RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 _BACKOFF = (0.05, 0.1, 0.2, 0.5, 1.0)
@@ -86,6 +89,29 @@ class TLSFiles:
         )
 
 
+async def guarded(awaitable: Awaitable[T]) -> T:
+    """Await a gRPC operation so that a cancellation reaches us as anyio delivered it.
+
+    grpc.aio awaits internal tasks; a cancel delivered into them comes back as a bare
+    ``CancelledError`` without anyio's "Cancelled via cancel scope" message, which anyio
+    then takes for a foreign cancellation: it escapes ``move_on_after`` and cancels the
+    enclosing task group. So the operation runs as its own future behind
+    ``asyncio.shield``: our task is cancelled with anyio's message, and we cancel the
+    operation ourselves.
+    """
+    future = asyncio.ensure_future(awaitable)
+    try:
+        return await asyncio.shield(future)
+    except BaseException:
+        if not future.done():
+            future.cancel()
+            with anyio.CancelScope(shield=True):
+                await asyncio.wait([future])
+        if future.done() and not future.cancelled():
+            future.exception()  # retrieved, so asyncio does not log it as never retrieved
+        raise
+
+
 async def finish(call: Any) -> None:
     """Cancel a gRPC call and wait (shielded, briefly) until gRPC has let go of it.
 
@@ -93,7 +119,7 @@ async def finish(call: Any) -> None:
     """
     call.cancel()
     with anyio.move_on_after(2, shield=True):
-        await call.code()
+        await guarded(call.code())
 
 
 def translate(exc: grpc.aio.AioRpcError, what: str) -> CoordError:
@@ -181,13 +207,13 @@ class Connection:
         self._index = (self._index + 1) % len(self._endpoints)
         self._open_channel()
         if old is not None:
-            await old.close(grace=None)
+            await guarded(old.close(grace=None))
 
     async def authenticate(self) -> None:
         stub = rpc.AuthStub(self._channel)
         request = rpc.AuthenticateRequest(name=self._username, password=self._password)
         try:
-            reply = await stub.Authenticate(request, timeout=self.request_timeout)
+            reply = await guarded(stub.Authenticate(request, timeout=self.request_timeout))
         except grpc.aio.AioRpcError as exc:
             raise translate(exc, "authenticate") from exc
         self._token = reply.token
@@ -204,7 +230,7 @@ class Connection:
         self._closed = True
         if self._channel is not None:
             with anyio.CancelScope(shield=True):
-                await self._channel.close(grace=None)
+                await guarded(self._channel.close(grace=None))
                 # gRPC's poller thread delivers the last completion events of the closed
                 # calls a moment later; were the event loop closed first, they would be
                 # handed to the next loop of the process and fail there ("Event loop is
@@ -233,7 +259,7 @@ class Connection:
             remaining = deadline - anyio.current_time()
             call = method(self)(request, timeout=max(remaining, 0.001), metadata=self.metadata())
             try:
-                return await call
+                return await guarded(call)
             except grpc.aio.AioRpcError as exc:
                 error = translate(exc, what)
                 if self._token_expired(exc):

@@ -10,7 +10,7 @@ from aetcd import rpc
 
 from ..._exceptions import BackendUnavailable, SessionExpiredError
 from .._keepalive import KeptAliveLease
-from ._connection import finish, translate
+from ._connection import finish, guarded, translate
 
 if TYPE_CHECKING:
     from ._connection import Connection
@@ -42,8 +42,8 @@ class EtcdLease(KeptAliveLease):
             if self._call is None:
                 metadata = self._conn.metadata(require_leader=True)
                 self._call = self._conn.lease.LeaseKeepAlive(metadata=metadata)
-            await self._call.write(rpc.LeaseKeepAliveRequest(ID=self.id))
-            reply = await self._call.read()
+            await guarded(self._call.write(rpc.LeaseKeepAliveRequest(ID=self.id)))
+            reply = await guarded(self._call.read())
         except grpc.aio.AioRpcError as exc:
             await self._drop_call()
             await self._conn.failover(generation)

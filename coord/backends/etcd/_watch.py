@@ -20,7 +20,7 @@ import grpc
 from aetcd import rpc
 
 from ..._exceptions import BackendError, BackendUnavailable
-from ._connection import finish
+from ._connection import finish, guarded
 
 if TYPE_CHECKING:
     from anyio.abc import TaskStatus
@@ -143,7 +143,7 @@ class WatchStream:
         with anyio.CancelScope(shield=True):
             async with self._lock:
                 if self._call is not None:
-                    await self._call.write(request)
+                    await guarded(self._call.write(request))
 
     async def _send_next(self) -> None:
         with anyio.CancelScope(shield=True):
@@ -153,7 +153,7 @@ class WatchStream:
                     if watch.closed:
                         continue
                     self._creating = watch
-                    await self._call.write(watch.create_request())
+                    await guarded(self._call.write(watch.create_request()))
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Keep the stream open, reopening it after every break. Start with ``tg.start``."""
@@ -166,7 +166,7 @@ class WatchStream:
             try:
                 await self._send_next()
                 while True:
-                    response = await call.read()
+                    response = await guarded(call.read())
                     if response is grpc.aio.EOF:
                         raise BackendUnavailable("the watch stream was closed by the server")
                     attempt = 0
