@@ -251,6 +251,11 @@ class EtcdBackend(Backend):
             async with anyio.create_task_group() as tg:
                 for watch in watches:
                     tg.start_soon(_first_delivery, watch, tg.cancel_scope)
+            for watch in watches:
+                # A compacted start revision only means "re-read"; any other end of a
+                # watch is an error, or the caller's loop would spin on it.
+                if watch.error is not None and not isinstance(watch.error, WatchCompacted):
+                    raise watch.error
         finally:
             with anyio.CancelScope(shield=True):
                 for watch in watches:

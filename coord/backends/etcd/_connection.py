@@ -35,7 +35,7 @@ from ..._exceptions import (
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-__all__ = ["Connection", "TLSFiles", "finish", "guarded", "translate"]
+__all__ = ["AuthTokenExpired", "Connection", "TLSFiles", "finish", "guarded", "translate"]
 
 T = TypeVar("T")
 
@@ -87,6 +87,10 @@ class TLSFiles:
             private_key=await read(self.key_file),
             certificate_chain=await read(self.cert_file),
         )
+
+
+class AuthTokenExpired(BackendError):
+    """The server no longer knows our auth token (expired, or the server restarted)."""
 
 
 async def guarded(awaitable: Awaitable[T]) -> T:
@@ -208,6 +212,16 @@ class Connection:
         self._open_channel()
         if old is not None:
             await guarded(old.close(grace=None))
+
+    async def recover(self, exc: BaseException, generation: int) -> None:
+        """After a stream broke with *exc*: renew an expired token, or fail over."""
+        expired = isinstance(exc, AuthTokenExpired) or (
+            isinstance(exc, grpc.aio.AioRpcError) and self._token_expired(exc)
+        )
+        if expired and self._username is not None:
+            await self.authenticate()
+        else:
+            await self.failover(generation)
 
     async def authenticate(self) -> None:
         stub = rpc.AuthStub(self._channel)

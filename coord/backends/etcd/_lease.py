@@ -46,7 +46,7 @@ class EtcdLease(KeptAliveLease):
             reply = await guarded(self._call.read())
         except grpc.aio.AioRpcError as exc:
             await self._drop_call()
-            await self._conn.failover(generation)
+            await self._conn.recover(exc, generation)
             raise translate(exc, "lease keepalive") from exc
         except BaseException:
             # Cancelled mid-exchange (the local deadline passed): the stream may hold a

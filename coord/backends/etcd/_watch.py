@@ -20,7 +20,7 @@ import grpc
 from aetcd import rpc
 
 from ..._exceptions import BackendError, BackendUnavailable
-from ._connection import finish, guarded
+from ._connection import AuthTokenExpired, finish, guarded
 
 if TYPE_CHECKING:
     from anyio.abc import TaskStatus
@@ -53,6 +53,8 @@ class Watch:
         self.no_put = no_put
         self.id: int | None = None
         self.closed = False
+        #: Why the server ended the watch, if it did.
+        self.error: BackendError | None = None
         self.notify = anyio.Event()
         self._send, self._receive = anyio.create_memory_object_stream[Any](1_000_000)
 
@@ -75,6 +77,7 @@ class Watch:
 
     def fail(self, error: BackendError) -> None:
         if not self.closed:
+            self.error = error
             self._send.send_nowait(error)
             self.notify.set()
             self.closed = True
@@ -171,12 +174,12 @@ class WatchStream:
                         raise BackendUnavailable("the watch stream was closed by the server")
                     attempt = 0
                     await self._handle(response)
-            except (grpc.aio.AioRpcError, BackendUnavailable):
-                pass
+            except (grpc.aio.AioRpcError, BackendUnavailable, AuthTokenExpired) as exc:
+                error: BaseException = exc
             finally:
                 self._call = None
                 await finish(call)
-            await self._conn.failover(generation)
+            await self._conn.recover(error, generation)
             await anyio.sleep(_BACKOFF[min(attempt, len(_BACKOFF) - 1)])
             attempt += 1
 
@@ -219,5 +222,10 @@ class WatchStream:
             # The member lost its leader: reopen the stream elsewhere and keep the watch.
             self._active.append(watch)
             raise BackendUnavailable(f"etcd watch: {response.cancel_reason}")
+        elif "invalid auth token" in response.cancel_reason:
+            # The stream's token is stale (expired, or the server restarted): log in again
+            # and reopen the stream with the new token, keeping the watch.
+            self._active.append(watch)
+            raise AuthTokenExpired(f"etcd watch: {response.cancel_reason}")
         else:
             watch.fail(BackendError(f"etcd watch cancelled: {response.cancel_reason}"))
