@@ -12,13 +12,17 @@ queued.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import sys
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import anyio
 
 import coord
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 WORKERS = 4
 ROUNDS = 3
@@ -38,7 +42,8 @@ async def main(url: str) -> None:
     async with anyio.create_task_group() as tg:
         for number in range(WORKERS):
             tg.start_soon(worker, url, number, log)
-    assert log == sorted(log) and len(set(log)) == len(log), "fences must strictly increase"
+    if any(a >= b for a, b in itertools.pairwise(log)):
+        raise SystemExit(f"fences did not strictly increase: {log}")
     print(f"{len(log)} acquisitions, fences strictly increasing: {log[0]} .. {log[-1]}")
 
 

@@ -177,6 +177,20 @@ async def test_cancel_while_holding_leaves_no_key(clients: list[coord.Client]) -
         pass
 
 
+async def test_cancelled_release_still_releases(clients: list[coord.Client]) -> None:
+    a, b, _, _ = clients
+    mutex = a.mutex("cancel-release")
+    await mutex.acquire()
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await mutex.release()  # shielded: the release happens, then the cancel is seen
+    assert not mutex.locked()
+    assert await waiter_keys(a, "cancel-release") == []
+    with anyio.fail_after(5):
+        async with b.mutex("cancel-release"):
+            pass
+
+
 async def test_try_acquire(clients: list[coord.Client]) -> None:
     a, b, _, _ = clients
     mutex = a.mutex("try")

@@ -1,0 +1,133 @@
+"""Benchmark: coord's Mutex against aetcd's Lock on the same etcd, in the same run.
+
+Each contender has its own client (its own session) and loops acquire -> release for a
+fixed time. Printed per (lock, contenders): acquisitions/s, wait p50/p99, max/mean wait
+(fairness: a newcomer jumping the queue makes the max wait explode), and etcd's Watch
+messages sent per acquisition (herd: one release waking every waiter). Compare ratios
+within one run; absolute numbers depend on the machine.
+
+    python benchmarks/mutex_bench.py                       # starts a throwaway etcd
+    python benchmarks/mutex_bench.py --url etcd://127.0.0.1:2379 --seconds 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+
+import aetcd
+import anyio
+
+import coord
+from coord.testing import EtcdServer
+from coord.testing._metrics import watch_messages_sent
+
+Contender = Callable[[float, list[float]], Awaitable[None]]
+
+
+@dataclass
+class Result:
+    lock: str
+    contenders: int
+    acquisitions: int
+    seconds: float
+    waits: list[float]
+    watch_msgs: int
+
+    def row(self) -> str:
+        waits = sorted(self.waits)
+        p50 = waits[len(waits) // 2] * 1000
+        p99 = waits[min(len(waits) - 1, int(len(waits) * 0.99))] * 1000
+        fairness = max(waits) / statistics.mean(waits) if statistics.mean(waits) else 0.0
+        return (
+            f"| {self.lock} | {self.contenders} | {self.acquisitions / self.seconds:,.0f} "
+            f"| {p50:.1f} ms | {p99:.1f} ms | {fairness:.1f} "
+            f"| {self.watch_msgs / max(self.acquisitions, 1):.1f} |"
+        )
+
+
+async def run(
+    name: str, contenders: int, seconds: float, endpoint: str, contend: Contender
+) -> Result:
+    waits: list[float] = []
+    before = await watch_messages_sent(endpoint)
+    start = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for _ in range(contenders):
+            tg.start_soon(contend, start + seconds, waits)
+    elapsed = time.perf_counter() - start
+    msgs = await watch_messages_sent(endpoint) - before
+    return Result(name, contenders, len(waits), elapsed, waits, msgs)
+
+
+def coord_contender(url: str, key: str) -> Contender:
+    async def contend(deadline: float, waits: list[float]) -> None:
+        async with coord.connect(url, ttl=10) as client:
+            mutex = client.mutex(key)
+            while time.perf_counter() < deadline:
+                t0 = time.perf_counter()
+                await mutex.acquire()
+                waits.append(time.perf_counter() - t0)
+                await mutex.release()
+
+    return contend
+
+
+def aetcd_contender(
+    host: str, port: int, key: str
+) -> Callable[[float, list[float]], Awaitable[None]]:
+    async def contend(deadline: float, waits: list[float]) -> None:
+        async with aetcd.Client(host=host, port=port) as client:
+            lock = client.lock(key.encode(), ttl=10)
+            while time.perf_counter() < deadline:
+                t0 = time.perf_counter()
+                await lock.acquire(timeout=None)
+                waits.append(time.perf_counter() - t0)
+                await lock.release()
+
+    return contend
+
+
+async def main(url: str, endpoint: str, contenders: list[int], seconds: float) -> None:
+    host, port = endpoint.rsplit(":", 1)
+    print(f"etcd at {endpoint}; {seconds:.0f} s per row")
+    print(
+        "| lock | contenders | acquisitions/s | p50 wait | p99 wait | max/mean wait "
+        "| watch msgs per acquisition |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for n in contenders:
+        for name in ("coord.Mutex", "aetcd.Lock"):
+            key = f"bench-{uuid.uuid4().hex[:8]}"
+            if name == "coord.Mutex":
+                contend = coord_contender(url, key)
+            else:
+                contend = aetcd_contender(host, int(port), key)
+            result = await run(name, n, seconds, endpoint, contend)
+            print(result.row(), flush=True)
+
+
+@contextlib.contextmanager
+def etcd_endpoint(url: str | None) -> Iterator[tuple[str, str]]:
+    if url:
+        parsed = coord._url.parse_url(url)
+        host, port = parsed.hosts[0]
+        yield url, f"{host}:{port}"
+        return
+    with EtcdServer() as server:
+        yield server.url + "/bench", server.endpoint
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", help="an etcd:// URL (default: start a throwaway etcd)")
+    parser.add_argument("--contenders", type=int, nargs="+", default=[1, 32])
+    parser.add_argument("--seconds", type=float, default=5.0)
+    args = parser.parse_args()
+    with etcd_endpoint(args.url) as (url, endpoint):
+        anyio.run(main, url, endpoint, args.contenders, args.seconds)
