@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import anyio
@@ -9,6 +10,7 @@ import anyio
 from ._exceptions import BackendError, ClosedError, EntryGoneError, SessionExpiredError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from types import TracebackType
 
     from ._session import Session
@@ -30,10 +32,11 @@ class Hold:
         it with every write to the protected resource so that it can reject a stale holder.
     """
 
-    def __init__(self, name: str, entry: Entry) -> None:
+    def __init__(self, name: str, entry: Entry, *, revision: int = 0) -> None:
         self.name = name
         self.fence = entry.revision
         self._entry = entry
+        self._seen_at = max(revision, entry.revision)  # my key existed at this revision
         self._lost = anyio.Event()
         self._is_released = False
         self._body: anyio.CancelScope | None = None
@@ -78,6 +81,18 @@ class Hold:
         self._is_released = True
         self._guard_scope.cancel()
 
+    @contextmanager
+    def _cancelled_on_loss(self) -> Iterator[None]:
+        """A scope (used while waiting) that is cancelled if the key or session goes."""
+        scope = self._body = anyio.CancelScope()
+        try:
+            with scope:
+                if self.lost:
+                    scope.cancel()
+                yield
+        finally:
+            self._body = None
+
     def _enter_body(self) -> None:
         # The body of ``async with`` runs in this scope; losing the lock cancels it.
         self._body = anyio.CancelScope()
@@ -100,7 +115,7 @@ class Hold:
         """Watch my own key and the session until released; mark the hold lost if either
         goes. Runs in the session's task group."""
         backend = session.backend
-        revision = self._entry.revision
+        revision = self._seen_at
         attempt = 0
         with self._guard_scope:
             try:

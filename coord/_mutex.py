@@ -124,23 +124,28 @@ class Mutex:
         self._waiting += 1
         try:
             position = await self._register()
+            hold = self._guarded(position)
             try:
-                with self._session.guard():
+                with hold._cancelled_on_loss():
                     while not position.is_head:
                         await self._session.backend.wait_deleted(
-                            [position.ahead[0].key, position.entry.key],
-                            revision=position.revision,
+                            [position.ahead[0].key], revision=position.revision
                         )
                         position = await self._session.backend.position(position.entry)
             except EntryGoneError:
-                raise SessionExpiredError(
-                    f"my waiter key for {self._name!r} was deleted while waiting "
-                    "(lease expired, or deleted by another client)"
-                ) from None
+                hold._mark_lost()
             except BaseException:
+                hold._release()
                 await self._discard(position.entry)
                 raise
-            return self._grant(position.entry)
+            if hold.lost:
+                hold._release()
+                raise SessionExpiredError(
+                    f"my waiter key for {self._name!r} was deleted while waiting "
+                    "(session lost, or key deleted by another client)"
+                )
+            self._holds[get_current_task().id] = hold
+            return hold
         finally:
             self._waiting -= 1
 
@@ -156,7 +161,9 @@ class Mutex:
         if not position.is_head:
             await self._discard(position.entry)
             raise LockedError(f"mutex {self._name!r} is locked")
-        return self._grant(position.entry)
+        hold = self._guarded(position)
+        self._holds[get_current_task().id] = hold
+        return hold
 
     async def _register(self) -> Position:
         """Register a waiter key; a cancelled call leaves no key behind.
@@ -184,9 +191,11 @@ class Mutex:
             raise BackendUnavailable(f"registering a waiter for {self._name!r} timed out")
         return outcome.position
 
-    def _grant(self, entry: Entry) -> Hold:
-        hold = Hold(self._name, entry)
-        self._holds[get_current_task().id] = hold
+    def _guarded(self, position: Position) -> Hold:
+        # One guard per waiter key, from registration to release: it watches my own key
+        # (and the session) while I wait and while I hold, so waiting needs to watch only
+        # the predecessor.
+        hold = Hold(self._name, position.entry, revision=position.revision)
         self._session.start_soon(lambda: hold._guard(self._session))
         return hold
 
