@@ -288,8 +288,10 @@ async def test_key_deleted_by_another_client_while_holding(clients: list[coord.C
             assert again.fence > hold.fence
 
 
-async def test_own_key_deleted_while_waiting(clients: list[coord.Client]) -> None:
-    # etcd #19597 / #11456: a waiter whose key vanishes must not hang nor be granted.
+@pytest.mark.parametrize("fault", ["key deleted", "session expired"])
+async def test_waiter_whose_key_goes_is_told(clients: list[coord.Client], fault: str) -> None:
+    # etcd #19597 / #11456: a waiter whose key vanishes (its session expired, or someone
+    # deleted the key) must neither hang nor be granted the lock.
     a, b, _, _ = clients
     holder = a.mutex("gone")
     await holder.acquire()
@@ -302,25 +304,11 @@ async def test_own_key_deleted_while_waiting(clients: list[coord.Client]) -> Non
 
             tg.start_soon(waiter)
             await wait_for_waiters(a, "gone", 2)
-            keys = await waiter_keys(a, "gone")
-            await drop_key(a, keys[1])
-    await holder.release()
-
-
-async def test_session_lost_while_waiting(clients: list[coord.Client]) -> None:
-    a, b, _, _ = clients
-    holder = a.mutex("lost-wait")
-    await holder.acquire()
-    with anyio.fail_after(10):
-        async with anyio.create_task_group() as tg:
-
-            async def waiter() -> None:
-                with pytest.raises(coord.SessionExpiredError):
-                    await b.mutex("lost-wait").acquire()
-
-            tg.start_soon(waiter)
-            await wait_for_waiters(a, "lost-wait", 2)
-            await expire_session(b)
+            if fault == "key deleted":
+                await drop_key(a, (await waiter_keys(a, "gone"))[1])
+            else:
+                await expire_session(b)
+    assert len(await waiter_keys(a, "gone")) == 1
     await holder.release()
 
 
