@@ -18,9 +18,10 @@ from ._faults import (
     wait_for_no_waiters,
     wait_for_waiters,
 )
-from ._servers import EtcdServer, ServerNotFound, ServerTLS, free_port
+from ._servers import EtcdCluster, EtcdServer, ServerNotFound, ServerTLS, free_port
 
 __all__ = [
+    "EtcdCluster",
     "EtcdServer",
     "ServerNotFound",
     "ServerTLS",

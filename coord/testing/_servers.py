@@ -19,7 +19,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from ._metrics import parse_metric
 
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from types import TracebackType
 
-__all__ = ["EtcdServer", "ServerNotFound", "ServerTLS", "free_port"]
+__all__ = ["EtcdCluster", "EtcdServer", "ServerNotFound", "ServerTLS", "free_port"]
 
 
 class ServerNotFound(RuntimeError):
@@ -70,6 +70,11 @@ class _Process:
         """Start the server and wait until it serves requests."""
         if self.running:
             return self
+        self.launch()
+        return self.wait_ready(timeout=timeout)
+
+    def launch(self) -> None:
+        """Start the process without waiting (members of a cluster start together)."""
         with self.log_path.open("ab") as log:
             self._proc = subprocess.Popen(
                 self._command(),
@@ -79,6 +84,10 @@ class _Process:
                 env=self._env(),
                 start_new_session=True,
             )
+
+    def wait_ready(self, *, timeout: float = 60.0) -> Self:
+        """Wait until the launched server serves requests."""
+        assert self._proc is not None, "launch() first"
         deadline = time.monotonic() + timeout
         while not self._ready():
             if self._proc.poll() is not None:
@@ -206,6 +215,8 @@ class EtcdServer(_Process):
         heartbeat_ms: int = 50,
         tls: ServerTLS | None = None,
         extra_args: Sequence[str] = (),
+        member: str = "coord-test",
+        cluster: dict[str, int] | None = None,
     ) -> None:
         found = binary or os.environ.get("COORD_ETCD_BIN") or shutil.which("etcd")
         if not found or not Path(found).exists():
@@ -221,6 +232,8 @@ class EtcdServer(_Process):
         self._heartbeat = heartbeat_ms
         self.tls = tls
         self._extra = list(extra_args)
+        self.member = member
+        self._cluster = cluster  # member name -> peer port, for a multi-member cluster
 
     @property
     def endpoint(self) -> str:
@@ -239,18 +252,23 @@ class EtcdServer(_Process):
             self.binary,
             *tls,
             *self._extra,
-            "--name=coord-test",
+            f"--name={self.member}",
             f"--data-dir={self.directory / 'data'}",
             f"--listen-client-urls={client}",
             f"--advertise-client-urls={client}",
             f"--listen-peer-urls={peer}",
             f"--initial-advertise-peer-urls={peer}",
-            f"--initial-cluster=coord-test={peer}",
+            f"--initial-cluster={self._initial_cluster(peer)}",
             f"--election-timeout={self._election}",
             f"--heartbeat-interval={self._heartbeat}",
             "--logger=zap",
             "--log-outputs=stderr",
         ]
+
+    def _initial_cluster(self, peer: str) -> str:
+        if not self._cluster:
+            return f"{self.member}={peer}"
+        return ",".join(f"{m}=http://127.0.0.1:{p}" for m, p in self._cluster.items())
 
     @property
     def _scheme(self) -> str:
@@ -274,3 +292,44 @@ class EtcdServer(_Process):
     def metric(self, name: str, **labels: str) -> float:
         """Sum of the samples of metric *name* whose labels include *labels*."""
         return parse_metric(self.metrics(), name, **labels)
+
+
+class EtcdCluster:
+    """Several etcd members forming one cluster on loopback (3 by default).
+
+    Example::
+
+        with EtcdCluster() as cluster:
+            url = cluster.url + "/test"      # etcd://127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3
+            cluster.members[0].stop()        # the others keep the quorum
+
+    :raises ServerNotFound: if etcd is not installed
+    """
+
+    def __init__(self, size: int = 3, **options: Any) -> None:
+        ports = {f"member{i}": free_port() for i in range(size)}
+        self.members = [EtcdServer(member=name, cluster=ports, **options) for name in ports]
+        for member, port in zip(self.members, ports.values(), strict=True):
+            member.peer_port = port
+
+    @property
+    def url(self) -> str:
+        return "etcd://" + ",".join(m.endpoint for m in self.members)
+
+    def start(self, *, timeout: float = 60.0) -> Self:
+        """Start every member, then wait until all serve (they need a quorum first)."""
+        for member in self.members:
+            member.launch()
+        for member in self.members:
+            member.wait_ready(timeout=timeout)
+        return self
+
+    def close(self) -> None:
+        for member in self.members:
+            member.close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
