@@ -9,6 +9,7 @@ the lease is gone, the lease is lost; nothing un-loses it.
 
 from __future__ import annotations
 
+import logging
 from abc import abstractmethod
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,7 @@ __all__ = ["KeptAliveLease"]
 # After a failed refresh, retry this soon (capped by the regular interval): a store that
 # comes back within the TTL must see a refresh before the lease runs out.
 RETRY_DELAY = 0.25
+_log = logging.getLogger("coord.lease")
 
 
 class KeptAliveLease(Lease):
@@ -112,6 +114,10 @@ class KeptAliveLease(Lease):
                     continue
             except BackendError:
                 pass
+            except Exception:
+                # A bug, but this task lives in the user's task group: a keepalive that
+                # cannot be sent is a failed refresh (the deadline still protects us).
+                _log.exception("lease keepalive failed")
             delay = min(interval, RETRY_DELAY)
 
     async def _watchdog(self) -> None:

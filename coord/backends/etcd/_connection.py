@@ -35,7 +35,16 @@ from ..._exceptions import (
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-__all__ = ["AuthTokenExpired", "Connection", "TLSFiles", "finish", "guarded", "translate"]
+__all__ = [
+    "AuthTokenExpired",
+    "Connection",
+    "TLSFiles",
+    "finish",
+    "guarded",
+    "stream_read",
+    "stream_write",
+    "translate",
+]
 
 T = TypeVar("T")
 
@@ -114,6 +123,29 @@ async def guarded(awaitable: Awaitable[T]) -> T:
         if future.done() and not future.cancelled():
             future.exception()  # retrieved, so asyncio does not log it as never retrieved
         raise
+
+
+async def stream_write(call: Any, request: Any) -> None:
+    """Write on a stream; a stream that already ended is BackendUnavailable.
+
+    (grpc.aio reports a write after the end as ``asyncio.InvalidStateError``, not as an
+    RPC error: left alone it would crash the task that owns the stream.)
+    """
+    try:
+        await guarded(call.write(request))
+    except asyncio.InvalidStateError as exc:
+        raise BackendUnavailable("the gRPC stream has ended") from exc
+
+
+async def stream_read(call: Any) -> Any:
+    """Read from a stream; EOF or an ended stream is BackendUnavailable."""
+    try:
+        reply = await guarded(call.read())
+    except asyncio.InvalidStateError as exc:
+        raise BackendUnavailable("the gRPC stream has ended") from exc
+    if reply is grpc.aio.EOF:
+        raise BackendUnavailable("the server closed the gRPC stream")
+    return reply
 
 
 async def finish(call: Any) -> None:

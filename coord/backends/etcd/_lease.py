@@ -10,7 +10,7 @@ from aetcd import rpc
 
 from ..._exceptions import BackendUnavailable, SessionExpiredError
 from .._keepalive import KeptAliveLease
-from ._connection import finish, guarded, translate
+from ._connection import finish, stream_read, stream_write, translate
 
 if TYPE_CHECKING:
     from ._connection import Connection
@@ -42,8 +42,11 @@ class EtcdLease(KeptAliveLease):
             if self._call is None:
                 metadata = self._conn.metadata(require_leader=True)
                 self._call = self._conn.lease.LeaseKeepAlive(metadata=metadata)
-            await guarded(self._call.write(rpc.LeaseKeepAliveRequest(ID=self.id)))
-            reply = await guarded(self._call.read())
+            await stream_write(self._call, rpc.LeaseKeepAliveRequest(ID=self.id))
+            reply = await stream_read(self._call)
+        except BackendUnavailable:
+            await self._drop_call()
+            raise
         except grpc.aio.AioRpcError as exc:
             await self._drop_call()
             await self._conn.recover(exc, generation)
@@ -54,9 +57,6 @@ class EtcdLease(KeptAliveLease):
             with anyio.CancelScope(shield=True):
                 await self._drop_call()
             raise
-        if reply is grpc.aio.EOF:
-            await self._drop_call()
-            raise BackendUnavailable("etcd closed the keepalive stream")
         return float(reply.TTL)
 
     async def _stopped(self) -> None:

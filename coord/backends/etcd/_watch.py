@@ -12,6 +12,7 @@ A watch whose start revision has been compacted away cannot resume: it reports
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,7 @@ import grpc
 from aetcd import rpc
 
 from ..._exceptions import BackendError, BackendUnavailable
-from ._connection import AuthTokenExpired, finish, guarded
+from ._connection import AuthTokenExpired, finish, stream_read, stream_write
 
 if TYPE_CHECKING:
     from anyio.abc import TaskStatus
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["Watch", "WatchCompacted", "WatchStream"]
 
 _BACKOFF = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0)
+_log = logging.getLogger("coord.etcd")
 _NOPUT = rpc.WatchCreateRequest.FilterType.Value("NOPUT")
 
 
@@ -126,7 +128,7 @@ class WatchStream:
         self._queue.append(watch)
         try:
             await self._send_next()
-        except grpc.aio.AioRpcError:
+        except (grpc.aio.AioRpcError, BackendUnavailable):
             pass  # the stream is broken: run() reopens it and creates this watch then
         return watch
 
@@ -138,7 +140,7 @@ class WatchStream:
             with anyio.move_on_after(1, shield=True):
                 try:
                     await self._write(rpc.WatchRequest(cancel_request=cancel))
-                except grpc.aio.AioRpcError:
+                except (grpc.aio.AioRpcError, BackendUnavailable):
                     pass  # the stream is gone, and the watch with it
 
     async def _write(self, request: Any) -> None:
@@ -146,7 +148,7 @@ class WatchStream:
         with anyio.CancelScope(shield=True):
             async with self._lock:
                 if self._call is not None:
-                    await guarded(self._call.write(request))
+                    await stream_write(self._call, request)
 
     async def _send_next(self) -> None:
         with anyio.CancelScope(shield=True):
@@ -156,7 +158,7 @@ class WatchStream:
                     if watch.closed:
                         continue
                     self._creating = watch
-                    await guarded(self._call.write(watch.create_request()))
+                    await stream_write(self._call, watch.create_request())
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Keep the stream open, reopening it after every break. Start with ``tg.start``."""
@@ -169,13 +171,16 @@ class WatchStream:
             try:
                 await self._send_next()
                 while True:
-                    response = await guarded(call.read())
-                    if response is grpc.aio.EOF:
-                        raise BackendUnavailable("the watch stream was closed by the server")
+                    response = await stream_read(call)
                     attempt = 0
                     await self._handle(response)
             except (grpc.aio.AioRpcError, BackendUnavailable, AuthTokenExpired) as exc:
                 error: BaseException = exc
+            except Exception as exc:
+                # Anything else is a bug, but this task lives in the user's task group: let
+                # it take the stream down and reopen it, never crash the user's code.
+                _log.exception("etcd watch stream failed; reopening it")
+                error = exc
             finally:
                 self._call = None
                 await finish(call)
