@@ -115,13 +115,24 @@ async def guarded(awaitable: Awaitable[T]) -> T:
     future = asyncio.ensure_future(awaitable)
     try:
         return await asyncio.shield(future)
-    except BaseException:
+    except BaseException as exc:
+        task = asyncio.current_task()
+        if (
+            isinstance(exc, asyncio.CancelledError)
+            and future.cancelled()
+            and task is not None
+            and not task.cancelling()
+        ):
+            # Not our cancellation: gRPC cancelled the call itself, because its channel
+            # was closed (failover). Left as a bare CancelledError it would escape every
+            # cancel scope and cancel the caller's task group.
+            raise BackendUnavailable("the gRPC call was cancelled: its channel closed") from None
         if not future.done():
             future.cancel()
             with anyio.CancelScope(shield=True):
                 await asyncio.wait([future])
-        if future.done() and not future.cancelled():
-            future.exception()  # retrieved, so asyncio does not log it as never retrieved
+        if not future.cancelled():
+            future.exception()  # retrieved, so asyncio does not log "never retrieved"
         raise
 
 
@@ -306,9 +317,9 @@ class Connection:
             call = method(self)(request, timeout=max(remaining, 0.001), metadata=self.metadata())
             try:
                 return await guarded(call)
-            except grpc.aio.AioRpcError as exc:
-                error = translate(exc, what)
-                if self._token_expired(exc):
+            except (grpc.aio.AioRpcError, BackendUnavailable) as exc:
+                error = translate(exc, what) if isinstance(exc, grpc.aio.AioRpcError) else exc
+                if isinstance(exc, grpc.aio.AioRpcError) and self._token_expired(exc):
                     await self.authenticate()
                     continue
                 if not retry or not isinstance(error, BackendUnavailable):
