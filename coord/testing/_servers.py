@@ -41,6 +41,19 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _all_threads_stopped(pid: int) -> bool:
+    """Whether every thread of process *pid* is stopped (Linux /proc)."""
+    tasks = Path(f"/proc/{pid}/task")
+    try:
+        for task in tasks.iterdir():
+            state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            if state not in ("T", "t"):
+                return False
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return True
+
+
 class _Process:
     """A server process with a log file, started and stopped by subclasses."""
 
@@ -117,11 +130,22 @@ class _Process:
         self.stop(kill=kill)
         return self.start()
 
-    def pause(self) -> None:
-        """SIGSTOP the server: connections stay open, nothing is answered."""
-        if self._proc is not None:
-            os.killpg(self._proc.pid, signal.SIGSTOP)
-            self._paused = True
+    def pause(self, *, timeout: float = 5.0) -> None:
+        """SIGSTOP the server: connections stay open, nothing is answered.
+
+        Returns once every thread of the server has stopped (a signal takes effect
+        asynchronously: a request sent right after ``kill`` could still be answered).
+        Blocking: from async code, call it through ``anyio.to_thread.run_sync``.
+        """
+        if self._proc is None:
+            return
+        os.killpg(self._proc.pid, signal.SIGSTOP)
+        self._paused = True
+        deadline = time.monotonic() + timeout
+        while not _all_threads_stopped(self._proc.pid):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name} did not stop within {timeout}s")
+            time.sleep(0.001)
 
     def resume(self) -> None:
         """SIGCONT a paused server."""

@@ -57,13 +57,13 @@ async def test_sigstopped_server_holder_learns_loss_at_its_deadline(
             with pytest.raises(coord.LockLost):
                 async with client.mutex("paused"):
                     start = anyio.current_time()
-                    etcd_server.pause()
+                    await anyio.to_thread.run_sync(etcd_server.pause)
                     try:
                         await anyio.sleep(30)
                     finally:
                         lost_after = anyio.current_time() - start
         finally:
-            etcd_server.resume()
+            await anyio.to_thread.run_sync(etcd_server.resume)
         assert lost_after is not None
         assert lost_after <= 2.5, f"the holder was told {lost_after:.2f}s after the stall"
         assert client.session.lost
@@ -111,7 +111,7 @@ async def test_timeout_around_a_stalled_request_is_a_timeout(
     """A cancel scope firing while a gRPC request is in flight must surface as the scope's
     own cancellation (TimeoutError here), never as a foreign cancel of the caller."""
     async with coord.connect(etcd_url, ttl=5) as client:
-        etcd_server.pause()
+        await anyio.to_thread.run_sync(etcd_server.pause)
         try:
             with pytest.raises(TimeoutError), anyio.fail_after(0.5):
                 await client.backend.get("anything")
@@ -119,6 +119,6 @@ async def test_timeout_around_a_stalled_request_is_a_timeout(
                 await client.mutex("stalled").acquire()
             assert scope.cancelled_caught
         finally:
-            etcd_server.resume()
+            await anyio.to_thread.run_sync(etcd_server.resume)
         async with client.mutex("stalled"):  # and the client works again afterwards
             pass
