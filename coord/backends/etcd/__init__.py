@@ -21,7 +21,6 @@ nested name's keys are never part of its parent's queue.
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -30,39 +29,30 @@ from aetcd import rpc
 
 from ..._exceptions import ConfigurationError, EntryGoneError
 from ..._keys import WAITER_MARK
-from ...abc import Backend, Change, ChangeKind, Entry, Lease, Listing, Position
+from ...abc import Backend, Change, Entry, Lease, Listing, Position
 from ._connection import Connection, TLSFiles
+from ._kv import (
+    _ASCEND,
+    _BY_CREATE,
+    _CREATE,
+    _DESCEND,
+    _EQUAL,
+    _LEASE,
+    _MOD,
+    Changes,
+    range_end,
+)
 from ._lease import grant
 from ._watch import Watch, WatchCompacted, WatchStream
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Sequence
+    from collections.abc import AsyncIterator, Sequence
 
     from anyio.abc import TaskGroup
 
     from ..._url import ParsedURL
 
 __all__ = ["EtcdBackend", "WatchCompacted"]
-
-_CREATE = rpc.Compare.CompareTarget.Value("CREATE")
-_MOD = rpc.Compare.CompareTarget.Value("MOD")
-_LEASE = rpc.Compare.CompareTarget.Value("LEASE")
-_EQUAL = rpc.Compare.CompareResult.Value("EQUAL")
-_DESCEND = rpc.RangeRequest.SortOrder.Value("DESCEND")
-_ASCEND = rpc.RangeRequest.SortOrder.Value("ASCEND")
-_BY_CREATE = rpc.RangeRequest.SortTarget.Value("CREATE")
-_DELETE = rpc.Event.EventType.Value("DELETE")
-
-
-def range_end(prefix: bytes) -> bytes:
-    """The end of the key range of *prefix* (etcd's GetPrefixRangeEnd)."""
-    end = bytearray(prefix)
-    while end:
-        if end[-1] < 0xFF:
-            end[-1] += 1
-            return bytes(end)
-        end.pop()
-    return b"\0"
 
 
 class EtcdBackend(Backend):
@@ -332,7 +322,7 @@ class EtcdBackend(Backend):
         start = self._key(prefix)
         watch = await self._watches.open(start, range_end(start), start_revision=revision + 1)
         try:
-            yield _Changes(watch, self._entry)
+            yield Changes(watch, self._entry)
         finally:
             with anyio.CancelScope(shield=True):
                 await watch.aclose()
@@ -356,25 +346,3 @@ class EtcdBackend(Backend):
 async def _first_delivery(watch: Watch, scope: anyio.CancelScope) -> None:
     await watch.notify.wait()
     scope.cancel()
-
-
-class _Changes:
-    """The changes of one watch, event by event (an iterator, not a generator, so that
-    leaving the ``async for`` early leaves nothing to finalize)."""
-
-    def __init__(self, watch: Watch, to_entry: Callable[[Any], Entry]) -> None:
-        self._watch = watch
-        self._to_entry = to_entry
-        self._pending: deque[Any] = deque()
-
-    def __aiter__(self) -> _Changes:
-        return self
-
-    async def __anext__(self) -> Change:
-        while not self._pending:
-            self._pending.extend(await self._watch.__anext__())
-        event = self._pending.popleft()
-        entry = self._to_entry(event.kv)
-        if event.type == _DELETE:
-            return Change(ChangeKind.DELETE, Entry(entry.key), event.kv.mod_revision)
-        return Change(ChangeKind.PUT, entry, event.kv.mod_revision)
