@@ -114,11 +114,12 @@ async def test_streams_reauthenticate_after_restart(auth_etcd: EtcdServer, auth_
             tg.start_soon(waiter)
             await wait_for_waiters(a, "auth-restart", 2)
             await anyio.to_thread.run_sync(auth_etcd.restart)
-            await anyio.sleep(1)  # the streams notice the restart and reconnect
-            # Waiting is quiet again: no watch re-created in a loop with a stale token.
+            await anyio.sleep(2)  # the streams notice the restart and reconnect
+            # Waiting is quiet again: no watch re-created in a loop with a stale token
+            # (that loop sent about 600 messages a second).
             before = await server_wakeups(a)
-            await anyio.sleep(0.5)
-            assert await server_wakeups(a) - before <= 2
+            await anyio.sleep(1)
+            assert await server_wakeups(a) - before < 20
             await holder.release()
             with anyio.fail_after(10):
                 await got.wait()
