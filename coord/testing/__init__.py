@@ -1,7 +1,8 @@
 """Test support for coord and for the test suites of coord's users.
 
 * :class:`EtcdServer` starts a real etcd (Debian's ``etcd-server``) on free loopback ports
-  in a temporary directory, and can stop, restart, pause (SIGSTOP) and resume it.
+  in a temporary directory, and can stop, restart, pause (SIGSTOP) and resume it;
+  :class:`ZooKeeperServer` does the same for ZooKeeper (Debian's ``zookeeper``, on Java).
 * Fault hooks that work on every backend: :func:`expire_session` (the store ends a
   client's session now), :func:`drop_key` (another client deletes a key).
 * :func:`wait_for_waiters`: wait, by watching, until a lock has a number of waiters.
@@ -19,12 +20,14 @@ from ._faults import (
     wait_for_waiters,
 )
 from ._servers import EtcdCluster, EtcdServer, ServerNotFound, ServerTLS, free_port
+from ._zookeeper import ZooKeeperServer
 
 __all__ = [
     "EtcdCluster",
     "EtcdServer",
     "ServerNotFound",
     "ServerTLS",
+    "ZooKeeperServer",
     "drop_key",
     "expire_session",
     "free_port",

@@ -6,6 +6,9 @@ Loaded automatically (entry point ``pytest11``) when coord is installed. Fixture
 * ``etcd_url``: an ``etcd://`` URL with a fresh namespace per test, so that tests share
   one server and never see each other's keys. ``$COORD_TEST_ETCD_URL`` points the tests
   at an existing cluster instead (tests that stop or pause the server are then skipped).
+* ``zookeeper_server`` (session) and ``zookeeper_url`` (a fresh chroot per test): the
+  same for ZooKeeper (:class:`~coord.testing.ZooKeeperServer`);
+  ``$COORD_TEST_ZOOKEEPER_URL`` points the tests at an existing ensemble.
 
 A missing server binary skips the tests that need it, loudly, on a laptop; when the
 ``CI`` environment variable is set it fails them: CI never passes by skipping.
@@ -15,19 +18,22 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 
-from ._servers import EtcdServer, ServerNotFound
+from ._servers import EtcdServer, ServerNotFound, _Process
+from ._zookeeper import ZooKeeperServer
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Generator, Iterator
 
-__all__ = ["etcd_server", "etcd_url", "fresh_namespace"]
+__all__ = ["etcd_server", "etcd_url", "fresh_namespace", "zookeeper_server", "zookeeper_url"]
+
+_P = TypeVar("_P", bound=_Process)
 
 
-def _start_or_skip(factory: Callable[[], EtcdServer]) -> EtcdServer:
+def _start_or_skip(factory: Callable[[], _P]) -> _P:
     try:
         return factory().start()
     except ServerNotFound as exc:
@@ -65,6 +71,30 @@ def etcd_url(request: pytest.FixtureRequest) -> str:
     return f"{base.rstrip('/')}/{fresh_namespace()}"
 
 
+@pytest.fixture(scope="session")
+def zookeeper_server() -> Iterator[ZooKeeperServer]:
+    """A real ZooKeeper started for this test session (stopped at the end)."""
+    if os.environ.get("COORD_TEST_ZOOKEEPER_URL"):
+        pytest.skip("COORD_TEST_ZOOKEEPER_URL is set: not starting a local ZooKeeper")
+    server = _start_or_skip(ZooKeeperServer)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def zookeeper_url(request: pytest.FixtureRequest) -> str:
+    """A ``zk://`` URL with a chroot of this test's own."""
+    base = os.environ.get("COORD_TEST_ZOOKEEPER_URL")
+    if not base:
+        server: ZooKeeperServer = request.getfixturevalue("zookeeper_server")
+        if not server.running:  # a previous test left it stopped
+            server.start()
+        base = server.url
+    return f"{base.rstrip('/')}/{fresh_namespace()}"
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
@@ -75,17 +105,18 @@ def pytest_runtest_makereport(
     if report.failed:
         funcargs = getattr(item, "funcargs", {})
         for value in funcargs.values():
-            if isinstance(value, EtcdServer):
+            if isinstance(value, _Process):
                 report.sections.append((f"{value.name} log (tail)", value.log_tail()))
-        server = _session_server(item)
-        if server is not None and server not in funcargs.values():
-            report.sections.append((f"{server.name} log (tail)", server.log_tail()))
+        for fixture in ("etcd_server", "zookeeper_server"):
+            server = _session_server(item, fixture)
+            if server is not None and server not in funcargs.values():
+                report.sections.append((f"{server.name} log (tail)", server.log_tail()))
 
 
-def _session_server(item: pytest.Item) -> EtcdServer | None:
+def _session_server(item: pytest.Item, fixture: str) -> _Process | None:
     fixtures = getattr(item, "_fixtureinfo", None)
-    if fixtures is None or "etcd_server" not in fixtures.names_closure:
+    if fixtures is None or fixture not in fixtures.names_closure:
         return None
-    defs = item.session._fixturemanager.getfixturedefs("etcd_server", item)
+    defs = item.session._fixturemanager.getfixturedefs(fixture, item)
     cached = getattr(defs[-1], "cached_result", None) if defs else None
-    return cached[0] if cached and isinstance(cached[0], EtcdServer) else None
+    return cached[0] if cached and isinstance(cached[0], _Process) else None

@@ -1,5 +1,5 @@
-"""The conformance suite runs every test on every backend: memory (on asyncio and trio),
-etcd and ZooKeeper (asyncio only: aetcd's gRPC and our kazoo bridge are asyncio code)."""
+"""The conformance suite runs every test on every backend: memory and ZooKeeper on asyncio
+and trio, etcd on asyncio only (aetcd's gRPC is asyncio code)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ STORES = [
     pytest.param(("memory", "asyncio"), id="memory-asyncio"),
     pytest.param(("memory", "trio"), id="memory-trio"),
     pytest.param(("etcd", "asyncio"), id="etcd", marks=pytest.mark.etcd),
+    pytest.param(("zookeeper", "asyncio"), id="zookeeper", marks=pytest.mark.zookeeper),
+    pytest.param(("zookeeper", "trio"), id="zookeeper-trio", marks=pytest.mark.zookeeper),
 ]
 
 

@@ -1,0 +1,305 @@
+"""ZooKeeperBackend: coord's contract on a ZooKeeper ensemble, through kazoo."""
+
+from __future__ import annotations
+
+import math
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from kazoo.protocol.states import KazooState
+
+from ..._exceptions import ClosedError, ConfigurationError, SessionExpiredError
+from ...abc import Backend, Change, Entry, Lease, Listing, Position
+from ._bridge import Bridge
+from ._changes import ChildChanges
+from ._connection import Connection
+from ._faults import FaultHooks
+from ._lease import SessionPolicy, ZooKeeperLease
+from ._nodes import Nodes
+from ._options import Options, hosts_string, url_options
+from ._paths import Paths
+from ._plain import PlainKeys
+from ._queue import Queues
+from ._watches import WatchRegistry
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+
+    from anyio.abc import TaskGroup
+
+    from ..._url import ParsedURL
+
+__all__ = ["ZooKeeperBackend"]
+
+# Connection handshakes kazoo may try within one session timeout (see _connection).
+_HANDSHAKES_PER_TIMEOUT = 3
+
+
+class ZooKeeperBackend(FaultHooks, Backend):
+    """A connection to a ZooKeeper ensemble (3.5 or later). Use it through
+    :func:`coord.connect`::
+
+        coord.connect("zk://app:secret@10.0.0.1:2181,10.0.0.2:2181/myapp", ttl=10)
+
+    The lease is the ZooKeeper session: one per backend, its timeout is the ``ttl``.
+    Runs on asyncio and trio: kazoo's threads hand their results to the event loop.
+
+    :param hosts: ``(host, port)`` pairs of the ensemble's members
+    :param namespace: the root under which every key lives (``"myapp"`` -> ``/myapp``)
+    :param auth: ``(user, password)`` for digest authentication, sent on every connect
+    :param acl: ACL of every node created (kazoo ``ACL`` objects); default: "creator
+        all" (only this user) with *auth*, "world all" without
+    :param suspended_is_lost: count a suspended connection as a lost session (Curator's
+        default policy). With False, wait for the server to say so, or for one session
+        timeout without connection (client-side timer)
+    :param connect_timeout: how long opening a session waits for a first connection
+    """
+
+    def __init__(
+        self,
+        hosts: Sequence[tuple[str, int]],
+        *,
+        namespace: str = "",
+        auth: tuple[str, str] | None = None,
+        acl: Sequence[Any] | None = None,
+        suspended_is_lost: bool = True,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        self._hosts = list(hosts)
+        self._options = Options.check(
+            auth=auth, acl=acl, suspended_is_lost=suspended_is_lost, connect_timeout=connect_timeout
+        )
+        self._paths = Paths(namespace)
+        self._bridge = Bridge()
+        self._watches = WatchRegistry(self._bridge)
+        self._policy = SessionPolicy(
+            suspended_is_lost=self._options.suspended_is_lost,
+            is_current=lambda client: client is self._conn.client,
+            start_soon=self._start_soon,
+            end_session=self._end_session,
+        )
+        self._conn = Connection(
+            self._bridge,
+            hosts=hosts_string(self._hosts),
+            connect_hosts=hosts_string(self._hosts, at_least=_HANDSHAKES_PER_TIMEOUT),
+            auth_data=self._options.auth_data,
+            acl=self._options.acl,
+            connect_timeout=self._options.connect_timeout,
+            on_state=self._policy.notify,
+        )
+        self._nodes = Nodes(self._conn, self._paths)
+        self._queues = Queues(self._conn, self._nodes, self._paths, self._watches)
+        self._plain = PlainKeys(self._conn, self._nodes, self._paths)
+        self._lease: ZooKeeperLease | None = None
+        self._tg: TaskGroup | None = None
+        self._grant_lock: anyio.Lock | None = None
+
+    @classmethod
+    def from_url(cls, url: ParsedURL, **options: Any) -> ZooKeeperBackend:
+        """Build from a parsed ``zk://[user:password@]host:port,...[/chroot]`` URL and
+        keyword options, checked here. Credentials in the URL are digest auth."""
+        return cls(url.hosts, namespace=url.namespace, **url_options(url, options))
+
+    @property
+    def suspended_is_lost(self) -> bool:
+        return self._options.suspended_is_lost
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def __aenter__(self) -> ZooKeeperBackend:
+        """Start the bridge to kazoo. Connects lazily: :meth:`grant` opens the session."""
+        self._bridge.open()
+        self._grant_lock = anyio.Lock()
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        await self._tg.start(self._policy.run)
+        return self
+
+    async def aclose(self) -> None:
+        """Close the session (its ephemeral nodes go) and stop kazoo. Shielded."""
+        tg, self._tg = self._tg, None
+        if tg is None:
+            return
+        if self._lease is not None:
+            self._lease._mark_lost("the backend was closed")
+        try:
+            await self._conn.close()
+            self._watches.wake_all()
+            await self._bridge.close()
+        finally:
+            tg.cancel_scope.cancel()
+            await tg.__aexit__(None, None, None)
+
+    def _check_open(self) -> None:
+        if self._tg is None:
+            raise ClosedError("the ZooKeeper backend is not open")
+
+    def _start_soon(self, func: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        if self._tg is not None:
+            self._tg.start_soon(func)
+
+    async def _end_session(self) -> None:
+        await self._conn.end()
+        self._watches.wake_all()  # kazoo no longer delivers anything for that session
+
+    # -- leases ---------------------------------------------------------------------------
+
+    async def grant(self, ttl: float) -> Lease:
+        """Open a ZooKeeper session with a timeout of *ttl* seconds; it is the lease.
+
+        A checkpoint. One lease per backend: a second grant while the first lives raises
+        ConfigurationError; after it is lost or revoked, a grant opens a new session.
+
+        :raises ConfigurationError: for a bad *ttl*, or a lease that is still live
+        :raises BackendUnavailable: if no member could be reached in ``connect_timeout``
+        """
+        self._check_open()
+        if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl):
+            raise ConfigurationError(f"ttl must be a number of seconds, not {ttl!r}")
+        if ttl <= 0:
+            raise ConfigurationError(f"ttl must be > 0 seconds, not {ttl!r}")
+        assert self._grant_lock is not None
+        async with self._grant_lock:
+            if self._lease is not None and not self._lease.lost:
+                raise ConfigurationError(
+                    "a ZooKeeper backend has one lease, its session: share it, or revoke it "
+                    "before granting another"
+                )
+            conn = self._conn
+            # A session opened lazily (by a request before any grant) becomes the lease
+            # if its timeout fits; the session of an earlier lease is never reused.
+            if conn.client is None or self._lease is not None or conn.timeout != ttl:
+                await conn.open(float(ttl))
+                self._watches.wake_all()
+            lease = ZooKeeperLease(conn.session_id, float(ttl), self._end_session)
+            self._lease = self._policy.lease = lease
+            # A transition between the connect and now was ignored (no lease): apply it.
+            state = conn.client.state if conn.client is not None else KazooState.LOST
+            if state != KazooState.CONNECTED:
+                self._policy.on_state(state, conn.session_id)
+        return lease
+
+    def _session_of(self, lease: Lease) -> int:
+        if lease is not self._lease or lease.lost:
+            raise SessionExpiredError(f"lease {lease.id:#x} is not this backend's live session")
+        return lease.id
+
+    # -- waiter entries -------------------------------------------------------------------
+
+    async def register(
+        self,
+        prefix: str,
+        waiter_id: str,
+        lease: Lease,
+        *,
+        value: bytes = b"",
+        ahead: int | None = 1,
+    ) -> Position:
+        """Create my EPHEMERAL_SEQUENTIAL node and read where it stands.
+
+        A checkpoint; two round trips: a listing, then the create with a second listing
+        and the reads of the entries ahead pipelined behind it (one more read if an entry
+        ahead changed in between). If cancelled, the node may exist: delete the
+        provisional entry to clean up.
+
+        :raises SessionExpiredError: if *lease* is lost
+        """
+        self._check_open()
+        session_id = self._session_of(lease)
+        return await self._queues.register(prefix, waiter_id, session_id, value, ahead)
+
+    async def position(self, entry: Entry, *, ahead: int | None = 1) -> Position:
+        """Read where *entry* stands. A checkpoint; one listing, plus one read per entry
+        ahead returned. Nothing changes on the store, whether cancelled or not.
+
+        :raises EntryGoneError: if the node no longer exists
+        """
+        self._check_open()
+        return await self._queues.position(entry, ahead)
+
+    async def wait_deleted(self, keys: Sequence[str], *, revision: int) -> None:
+        """Wait, with one data watch per key, until one of *keys* may be gone.
+
+        A checkpoint. The watches are armed by reads done now, so *revision* is not
+        needed: any deletion after the caller's read is either seen by them ("no node",
+        return at once) or fires them. Returns spuriously after a disconnect. Cancelling
+        it leaves the server watches in place, to fire once, harmlessly.
+        """
+        self._check_open()
+        await self._queues.wait_deleted(keys, self._conn.timeout)
+
+    async def delete(self, entry: Entry) -> bool:
+        """Delete *entry* if it is still the same node.
+
+        A checkpoint; repeated after a connection loss (then "no node" may mean that the
+        first attempt worked). If cancelled, the delete may have happened.
+        """
+        self._check_open()
+        return await self._queues.delete(entry)
+
+    async def entries(self, prefix: str, *, limit: int | None = None) -> Listing:
+        """The waiter entries of *prefix*, oldest first, with the parent's pzxid as the
+        revision (0 if it does not exist).
+
+        A checkpoint; one listing, then the entries' reads pipelined in one round trip.
+        Nothing changes on the store.
+        """
+        self._check_open()
+        return await self._queues.entries(prefix, limit)
+
+    # -- plain keys -----------------------------------------------------------------------
+
+    async def get(self, key: str) -> Entry | None:
+        """Read *key*. A checkpoint; nothing changes on the store."""
+        self._check_open()
+        return (await self._queues.read("", [key]))[0]
+
+    async def put(self, key: str, value: bytes, *, lease: Lease | None = None) -> Entry:
+        """Write *key*: create it (ephemeral if *lease* is given), or set its data.
+
+        A checkpoint. An existing node keeps its kind: ZooKeeper cannot bind a node to
+        another session. Safe to repeat, so repeated after a connection loss (a create
+        that did happen is then found, and its data set). If cancelled, the write may
+        have happened.
+        """
+        self._check_open()
+        if lease is not None:
+            self._session_of(lease)  # raises unless it is this backend's live session
+        return await self._plain.put(key, value, ephemeral=lease is not None)
+
+    async def compare_and_set(
+        self, key: str, value: bytes, *, version: int | None, lease: Lease | None = None
+    ) -> Entry | None:
+        """Write *key* if its data version is *version* (None: if it does not exist).
+
+        A checkpoint. Not repeated after a connection loss: a repeat could report our
+        own write as a conflict (BackendUnavailable is raised instead). If cancelled,
+        the write may have happened.
+        """
+        self._check_open()
+        if lease is not None:
+            self._session_of(lease)
+        return await self._plain.compare_and_set(key, value, version, ephemeral=lease is not None)
+
+    @asynccontextmanager
+    async def watch(self, prefix: str, *, revision: int) -> AsyncIterator[AsyncIterator[Change]]:
+        """Watch the direct children of *prefix*: creations and deletions after
+        *revision* (a pzxid from :meth:`entries` or :meth:`position`). See
+        :mod:`._changes` for what ZooKeeper can and cannot report.
+
+        Entering is a checkpoint (one listing); each change is awaited on a children
+        watch, re-armed by a listing after every event. Leaving stops listening; the
+        server watch then fires once more, to nobody.
+        """
+        self._check_open()
+        changes = ChildChanges(self._conn, self._queues, self._watches, self._paths, prefix)
+        with (
+            self._watches.listening("children", [changes.node], changes.wake),
+            self._watches.listening("data", [changes.node], changes.wake),
+        ):
+            await changes.start(revision)
+            try:
+                yield changes
+            finally:
+                changes.close()

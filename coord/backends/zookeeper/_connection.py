@@ -1,0 +1,243 @@
+"""One kazoo client (one ZooKeeper session) at a time, and requests on it.
+
+* The client is started and stopped in a worker thread (both block); requests go through
+  the :class:`~._bridge.Bridge` and never block the event loop.
+* Every request has a time budget of one session timeout, retries included: a client cut
+  off for that long has lost its session anyway. Reads and other repeatable requests are
+  retried after a connection loss; kazoo holds a request made while it reconnects and
+  sends it once connected, so a retry waits for the connection instead of spinning.
+* kazoo waits for a connection handshake for ``session timeout / number of hosts``:
+  against one server, the whole session timeout, so a single handshake that is never
+  answered costs the session (ZooKeeper 3.8.0 leaves a connection accepted while it
+  starts up hanging: its close fails on a null database). Short host lists are given to
+  kazoo with each host repeated, so that an attempt takes at most a third of the session
+  timeout, as with a three-member ensemble.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from kazoo import exceptions as kz
+from kazoo.client import KazooClient
+from kazoo.protocol.states import KazooState
+from kazoo.retry import KazooRetry
+
+from ..._exceptions import (
+    BackendError,
+    BackendUnavailable,
+    ClosedError,
+    CoordError,
+    SessionExpiredError,
+)
+from ._errors import ANSWERS, translate
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from ._bridge import Bridge, Reply
+
+__all__ = ["Connection"]
+
+log = logging.getLogger("coord.backends.zookeeper")
+
+
+class Connection:
+    """The kazoo client of one backend, replaced when a new session is needed.
+
+    :param hosts: kazoo's host string, ``"h1:2181,h2:2181"`` (for fault injection)
+    :param connect_hosts: the host string kazoo connects with (hosts repeated)
+    :param auth_data: kazoo's ``(scheme, credential)`` pairs, sent on every (re)connect
+    :param acl: the ACL of every node this connection creates
+    :param connect_timeout: how long :meth:`open` waits for a first connection
+    :param on_state: called on the event loop as ``on_state(client, state, session_id)``
+        for kazoo's CONNECTED / SUSPENDED / LOST transitions
+    """
+
+    def __init__(
+        self,
+        bridge: Bridge,
+        *,
+        hosts: str,
+        connect_hosts: str,
+        auth_data: Sequence[tuple[str, str]],
+        acl: Sequence[Any],
+        connect_timeout: float,
+        on_state: Callable[[Any, str, int], None],
+    ) -> None:
+        self._bridge = bridge
+        self.hosts = hosts
+        self._connect_hosts = connect_hosts
+        self._auth_data = list(auth_data)
+        self.acl = list(acl)
+        self._connect_timeout = connect_timeout
+        self._on_state = on_state
+        self._reconnected: dict[int, anyio.Event] = {}  # id(client) -> event, in end()
+        self._lock = anyio.Lock()
+        self.client: Any = None
+        self.session_id = 0
+        self.password = b""
+        self.timeout = 10.0
+        #: The session was ended on purpose (its lease was lost or revoked).
+        self.ended = False
+        self.closed = False
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def current(self, default_timeout: float) -> Any:
+        """The kazoo client; a session is opened with *default_timeout* if there is none.
+
+        :raises ClosedError: if the connection is closed
+        :raises SessionExpiredError: if the session was ended and no new one granted
+        """
+        client = self.client
+        if client is not None and not self.closed:
+            return client
+        async with self._lock:
+            if self.closed:
+                raise ClosedError("the ZooKeeper backend is closed")
+            if self.client is None:
+                if self.ended:
+                    raise SessionExpiredError("the ZooKeeper session is over (lost or revoked)")
+                await self._start(default_timeout)
+            return self.client
+
+    async def open(self, session_timeout: float) -> None:
+        """Replace the client (if any) with one on a new session of *session_timeout*
+        seconds. A checkpoint; shielded once connecting (bounded by connect_timeout)."""
+        async with self._lock:
+            if self.closed:
+                raise ClosedError("the ZooKeeper backend is closed")
+            old, self.client = self.client, None
+            if old is not None:
+                await self._stop(old)
+            await self._start(session_timeout)
+
+    async def _start(self, session_timeout: float) -> None:
+        # Shielded and bounded by connect_timeout: a client started in a thread whose
+        # result we stopped waiting for would keep its threads and session forever.
+        with anyio.CancelScope(shield=True):
+            try:
+                client, client_id = await anyio.to_thread.run_sync(
+                    self._start_client, session_timeout
+                )
+            except Exception as exc:  # kazoo's start times out, or refuses its arguments
+                raise translate(exc, "connect", closed=False, ended=False) from exc
+        self.client, self.timeout, self.ended = client, session_timeout, False
+        self.session_id, self.password = client_id
+        log.debug("coord: ZooKeeper session %#x (timeout %gs)", self.session_id, session_timeout)
+
+    def _start_client(self, timeout: float) -> tuple[Any, tuple[int, bytes]]:  # blocks
+        client = KazooClient(
+            hosts=self._connect_hosts,
+            timeout=timeout,
+            auth_data=self._auth_data or None,
+            default_acl=self.acl,
+            # Reconnect at least every second: kazoo's default backoff grows to an hour.
+            connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_jitter=0.5, max_delay=1.0),
+        )
+
+        def listener(state: str) -> None:  # on kazoo's connection thread: must not block
+            client_id = client.client_id
+            session_id = client_id[0] if client_id else 0
+            self._bridge.to_loop(self._client_state, client, state, session_id)
+
+        client.add_listener(listener)
+        client.start(timeout=self._connect_timeout)
+        client_id = client.client_id  # None if the connection dropped already
+        if client_id is None:
+            client.stop()
+            client.close()
+            raise kz.ConnectionLoss()
+        return client, client_id
+
+    def _client_state(self, client: Any, state: str, session_id: int) -> None:
+        # A loop callback (outside any task): wake end(), then pass the news on.
+        if state == KazooState.CONNECTED and id(client) in self._reconnected:
+            self._reconnected[id(client)].set()
+        self._on_state(client, state, session_id)
+
+    async def end(self) -> None:
+        """End the session: kazoo closes it on the server, so its ephemeral nodes go now.
+
+        If the connection is down, kazoo is given up to one session timeout to reconnect
+        first (a session that outlived a short outage would otherwise keep the nodes of
+        a lease nobody holds until the server times it out). Nothing is sent for the
+        session meanwhile: its requests already fail. Shielded.
+        """
+        self.ended = True
+        client, self.client = self.client, None
+        if client is None:
+            return
+        with anyio.CancelScope(shield=True):
+            if client.state != KazooState.CONNECTED:
+                reconnected = self._reconnected[id(client)] = anyio.Event()
+                with anyio.move_on_after(self.timeout):
+                    await reconnected.wait()
+                del self._reconnected[id(client)]
+            await self._stop(client)
+
+    async def close(self) -> None:
+        """Close for good (ends the session). Shielded."""
+        self.closed = True
+        for reconnected in self._reconnected.values():
+            reconnected.set()  # an end() waiting for a reconnection stops its client now
+        async with self._lock:
+            client, self.client = self.client, None
+            if client is not None:
+                await self._stop(client)
+
+    @staticmethod
+    async def _stop(client: Any) -> None:
+        def stop() -> None:
+            try:
+                client.stop()
+                client.close()
+            except Exception:  # kazoo's writer did not stop: nothing more to do here
+                log.exception("coord: stopping a kazoo client failed")
+
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(stop)
+
+    # -- requests -------------------------------------------------------------------------
+
+    def start(self, request: Callable[[], Any]) -> Reply:
+        """Issue one kazoo ``*_async`` call without waiting (no retry, no budget)."""
+        return self._bridge.start(request)
+
+    def translate(self, exc: BaseException, what: str, client: Any) -> CoordError:
+        """The coord error for *exc*, raised by a request on *client*."""
+        error = translate(exc, what, closed=self.closed, ended=self.ended)
+        if isinstance(exc, kz.ConnectionClosedError) and client is self.client:
+            # The current client is stopped but nobody stopped it on purpose: kazoo gave
+            # up reconnecting (authentication failed).
+            error = BackendError(f"ZooKeeper {what}: the client stopped ({exc})")
+        return error
+
+    async def call(self, what: str, request: Callable[[Any], Any], *, retry: bool = False) -> Any:
+        """Run ``request(client)`` (a kazoo ``*_async`` call) and return its result.
+
+        A checkpoint. Answers about the data (NoNodeError, NodeExistsError,
+        BadVersionError, NotEmptyError) are raised as kazoo's exceptions; every other
+        error is translated.
+
+        :param retry: repeat the request after a connection loss (only for requests that
+            are safe to repeat)
+        :raises BackendUnavailable: no answer within the session timeout
+        """
+        budget = self.timeout
+        with anyio.move_on_after(budget):
+            while True:
+                client = await self.current(budget)
+                try:
+                    return await self._bridge.start(partial(request, client)).result()
+                except ANSWERS:
+                    raise
+                except Exception as exc:
+                    error = self.translate(exc, what, client)
+                    if not (retry and isinstance(error, BackendUnavailable)):
+                        raise error from exc
+        raise BackendUnavailable(f"ZooKeeper {what}: no answer within {budget:g}s")

@@ -1,0 +1,107 @@
+"""The ZooKeeper backend's options, checked at the call (``coord.connect``)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kazoo.security import ACL, CREATOR_ALL_ACL, OPEN_ACL_UNSAFE
+
+from ..._exceptions import ConfigurationError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ..._url import ParsedURL
+
+__all__ = ["ALLOWED", "Options", "hosts_string", "url_options"]
+
+#: Keyword options of ``coord.connect("zk://...", **options)``.
+ALLOWED = frozenset({"auth", "acl", "suspended_is_lost", "connect_timeout"})
+
+
+@dataclass(frozen=True)
+class Options:
+    """Checked options. ``acl`` is the ACL of every node coord creates."""
+
+    auth_data: tuple[tuple[str, str], ...]
+    acl: tuple[Any, ...]
+    suspended_is_lost: bool
+    connect_timeout: float
+
+    @classmethod
+    def check(
+        cls,
+        *,
+        auth: object = None,
+        acl: object = None,
+        suspended_is_lost: object = True,
+        connect_timeout: object = 10.0,
+    ) -> Options:
+        auth_data = _check_auth(auth)
+        if not isinstance(suspended_is_lost, bool):
+            raise ConfigurationError(f"suspended_is_lost must be a bool, not {suspended_is_lost!r}")
+        if (
+            isinstance(connect_timeout, bool)
+            or not isinstance(connect_timeout, int | float)
+            or not math.isfinite(connect_timeout)
+            or connect_timeout <= 0
+        ):
+            raise ConfigurationError(f"connect_timeout must be > 0 seconds: {connect_timeout!r}")
+        return cls(auth_data, _check_acl(acl, auth_data), suspended_is_lost, float(connect_timeout))
+
+
+def url_options(url: ParsedURL, options: dict[str, Any]) -> dict[str, Any]:
+    """The keyword options of a ``zk://`` URL: *options*, checked for unknown names,
+    plus the URL's credentials as ``auth``."""
+    unknown = set(options) - ALLOWED
+    if unknown:
+        raise ConfigurationError(
+            f"unknown ZooKeeper option(s) {sorted(unknown)}; allowed: {sorted(ALLOWED)}"
+        )
+    if url.username is None:
+        return options
+    if options.get("auth") is not None:
+        raise ConfigurationError("give the credentials in the URL or as auth=, not both")
+    return {**options, "auth": (url.username, url.password or "")}
+
+
+def _check_auth(auth: object) -> tuple[tuple[str, str], ...]:
+    if auth is None:
+        return ()
+    if (
+        not isinstance(auth, tuple | list)
+        or len(auth) != 2
+        or not all(isinstance(part, str) for part in auth)
+        or not auth[0]
+    ):
+        raise ConfigurationError("auth must be a (user, password) pair of str (digest auth)")
+    user, password = auth
+    if ":" in user:
+        raise ConfigurationError("a ZooKeeper digest user name cannot contain ':'")
+    return (("digest", f"{user}:{password}"),)
+
+
+def _check_acl(acl: object, auth_data: Sequence[tuple[str, str]]) -> tuple[Any, ...]:
+    if acl is None:
+        # With credentials, only this user may touch (read, delete, ...) our nodes.
+        return tuple(CREATOR_ALL_ACL if auth_data else OPEN_ACL_UNSAFE)
+    if (
+        not isinstance(acl, tuple | list)
+        or not acl
+        or not all(isinstance(entry, ACL) for entry in acl)
+    ):
+        raise ConfigurationError("acl must be a non-empty list of kazoo.security.ACL")
+    if not auth_data and any(entry.id.scheme == "auth" for entry in acl):
+        raise ConfigurationError("an ACL for the creator ('auth' scheme) needs auth=")
+    return tuple(acl)
+
+
+def hosts_string(hosts: Sequence[tuple[str, int]], *, at_least: int = 1) -> str:
+    """kazoo's host list, ``"h1:2181,[::1]:2182"``, each host repeated so that the list
+    has at least *at_least* entries."""
+    if not hosts:
+        raise ConfigurationError("at least one ZooKeeper host is needed")
+    listed = ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in hosts)
+    return ",".join([listed] * -(-at_least // len(hosts)))

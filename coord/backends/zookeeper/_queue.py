@@ -1,0 +1,313 @@
+"""Waiter queues on ZooKeeper: Curator's lock internals behind coord's contract.
+
+* register — list the children, then, in one round trip (pipelined: ZooKeeper runs a
+  session's requests in order), create ``<parent>/<waiter id>-`` EPHEMERAL_SEQUENTIAL
+  (parents as containers), list the children again and read the nearest ones from the
+  first listing; sorted by sequence, the nearest children before mine are ahead of me.
+  If the create's reply is lost, the children are searched for my GUID, and a node found
+  is adopted only if its ephemeralOwner is my session (CURATOR-498).
+* position — list the children again: my node missing means my entry is gone.
+* wait — a data watch (``getData``, never ``exists``: on a deleted path that leaves a
+  creation watch behind) on exactly the keys asked for; "no node" returns at once.
+* delete — by path: a waiter's name carries a one-time GUID, so the node at that path can
+  only be that entry. A provisional entry is found by its GUID and deleted only if it
+  belongs to the given session.
+
+Every listing is answered with the parent's pzxid, the zxid of the last change to its
+children: that is the revision of a :class:`~coord.abc.Position` or
+:class:`~coord.abc.Listing`.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from kazoo import exceptions as kz
+
+from ..._exceptions import BackendUnavailable, EntryGoneError, SessionExpiredError
+from ...abc import Entry, Listing, Position
+from ._errors import ANSWERS
+from ._paths import parse_waiter, waiter_names
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ._connection import Connection
+    from ._nodes import Nodes
+    from ._paths import Paths
+    from ._watches import WatchRegistry
+
+__all__ = ["Queues", "entry_of"]
+
+log = logging.getLogger("coord.backends.zookeeper")
+
+# Creates whose reply was lost and whose node was not found: try again this many times.
+_CREATE_ATTEMPTS = 3
+
+
+def _exists(client: Any, path: str) -> Any:
+    return client.exists_async(path)
+
+
+def _get(client: Any, path: str) -> Any:
+    return client.get_async(path)
+
+
+def entry_of(key: str, data: bytes | None, stat: Any) -> Entry:
+    """The contract's Entry for a znode: revision = czxid (the fencing token)."""
+    return Entry(key, data or b"", stat.czxid, stat.version, stat.ephemeralOwner)
+
+
+class Queues:
+    """The waiter-queue operations of one backend."""
+
+    def __init__(
+        self, conn: Connection, nodes: Nodes, paths: Paths, watches: WatchRegistry
+    ) -> None:
+        self._conn = conn
+        self._nodes = nodes
+        self._paths = paths
+        self._watches = watches
+
+    # -- reading --------------------------------------------------------------------------
+
+    async def children(self, node: str) -> tuple[list[str], int] | None:
+        """The children of *node* and its pzxid, or None if it does not exist."""
+        try:
+            children, stat = await self._conn.call(
+                "list", lambda c: c.get_children_async(node, include_data=True), retry=True
+            )
+        except kz.NoNodeError:
+            return None
+        return list(children), int(stat.pzxid)
+
+    async def read(self, prefix: str, names: Sequence[str]) -> list[Entry | None]:
+        """The entries ``prefix + name`` (None for those that no longer exist).
+
+        The reads are pipelined (one round trip), without a task per read, so that a
+        failure is one translated error, not an exception group.
+        """
+        if not names:
+            return []
+        client = await self._conn.current(self._conn.timeout)
+        paths = [self._paths.path(prefix + name) for name in names]
+        replies = [self._conn.start(partial(client.get_async, path)) for path in paths]
+        results: list[Entry | None] = []
+        with anyio.move_on_after(self._conn.timeout) as budget:
+            for name, path, reply in zip(names, paths, replies, strict=True):
+                try:
+                    data, stat = await reply.result()
+                except kz.NoNodeError:
+                    results.append(None)
+                    continue
+                except Exception:  # a connection loss...: this one read is retried
+                    data, stat = await self._read_one(path) or (None, None)
+                    if stat is None:
+                        results.append(None)
+                        continue
+                results.append(entry_of(prefix + name, data, stat))
+        if budget.cancelled_caught:
+            raise BackendUnavailable(f"ZooKeeper get under {prefix!r}: no answer")
+        return results
+
+    async def _read_one(self, path: str) -> tuple[bytes, Any] | None:
+        try:
+            return await self._conn.call("get", partial(_get, path=path), retry=True)  # type: ignore[no-any-return]
+        except kz.NoNodeError:
+            return None
+
+    async def entries(self, prefix: str, limit: int | None) -> Listing:
+        """The waiter entries of *prefix*, oldest first; revision: the parent's pzxid."""
+        listing = await self.children(self._paths.parent(prefix))
+        if listing is None:
+            return Listing((), 0)
+        names = [w.name for w in waiter_names(listing[0])]
+        entries = await self.existing(prefix, names if limit is None else names[:limit])
+        return Listing(tuple(entries), listing[1])
+
+    async def existing(self, prefix: str, names: Sequence[str]) -> list[Entry]:
+        """The entries ``prefix + name`` that still exist, in the order of *names*."""
+        return [e for e in await self.read(prefix, names) if e is not None]
+
+    async def place(
+        self,
+        mine: Entry,
+        children: list[str],
+        pzxid: int,
+        ahead: int | None,
+        known: dict[str, Entry | None] | None = None,
+    ) -> Position | None:
+        """My position in a listing; None if an entry ahead left meanwhile (list again).
+
+        :param known: entries already read, by name (read again if missing)
+        :raises EntryGoneError: if my node is not among *children*
+        """
+        prefix, _, name = self._paths.split(mine.key)
+        names = [w.name for w in waiter_names(children)]
+        if name not in names:
+            raise EntryGoneError(f"{mine.key} no longer exists")
+        before = names[: names.index(name)][::-1]  # nearest first
+        wanted = before if ahead is None else before[:ahead]
+        known = known or {}
+        unknown = [n for n in wanted if n not in known]
+        read = dict(zip(unknown, await self.read(prefix, unknown), strict=True))
+        entries = [known[n] if n in known else read[n] for n in wanted]
+        if any(entry is None for entry in entries):
+            return None
+        return Position(mine, tuple(e for e in entries if e is not None), pzxid)
+
+    async def position(self, entry: Entry, ahead: int | None) -> Position:
+        _, node, _ = self._paths.split(entry.key)
+        while True:
+            listing = await self.children(node)
+            if listing is None:
+                raise EntryGoneError(f"{entry.key} no longer exists")
+            position = await self.place(entry, *listing, ahead)
+            if position is not None:
+                return position
+
+    # -- registering ----------------------------------------------------------------------
+
+    async def register(
+        self, prefix: str, waiter_id: str, session_id: int, value: bytes, ahead: int | None
+    ) -> Position:
+        node = self._paths.parent(prefix)
+        # The names first, then the create, the listing and a read of the entries that
+        # will most likely be ahead of mine, pipelined: the node is visible to others
+        # only once the registration is all but complete, so a cancel seldom catches it
+        # in flight (then the node is deleted afterwards, asynchronously).
+        before = await self.children(node)
+        if before is None:
+            await self._nodes.ensure_parents(f"{node}/{waiter_id}")
+        guess = [w.name for w in waiter_names(before[0] if before else [])][::-1]
+        guess = guess if ahead is None else guess[:ahead]
+        name, stat, listing, known = await self._create(
+            node, waiter_id, session_id, value, [prefix + n for n in guess]
+        )
+        mine = entry_of(prefix + name, value, stat)
+        while True:
+            if listing is None:
+                listing = await self.children(node)
+                if listing is None:
+                    raise EntryGoneError(f"{mine.key} vanished during registration")
+            older = [w for w in waiter_names(listing[0]) if w.waiter_id == waiter_id]
+            if older and older[0].name != name:
+                # Registered twice (a retry after a lost reply): keep the first node.
+                found = await self.find(node, waiter_id, session_id)
+                if found is not None and found[0] != name:
+                    log.info("coord: adopted %s/%s, an earlier node of %s", node, found[0], name)
+                    await self.delete_path(f"{node}/{name}")
+                    name, stat = found
+                    mine = entry_of(prefix + name, value, stat)
+                    listing = None
+                    continue
+            position = await self.place(mine, *listing, ahead, known)
+            if position is not None:
+                return position
+            listing, known = None, {}  # an entry ahead left meanwhile: list again
+
+    async def _create(
+        self, node: str, waiter_id: str, session_id: int, value: bytes, reads: list[str]
+    ) -> tuple[str, Any, tuple[list[str], int] | None, dict[str, Entry | None]]:
+        paths = {self._paths.path(key): key for key in reads}
+        for _ in range(_CREATE_ATTEMPTS):
+            try:
+                path, stat, listing, values = await self._nodes.create_and_list(
+                    f"{node}/{waiter_id}-", value, node, list(paths)
+                )
+            except BackendUnavailable:
+                # No reply: the node may or may not exist. Curator's protected mode.
+                found = await self.find(node, waiter_id, session_id)
+                if found is not None:
+                    log.info("coord: adopted %s/%s after a lost create reply", node, found[0])
+                    return found[0], found[1], None, {}
+                continue
+            if stat.ephemeralOwner != session_id:
+                # kazoo replaced our expired session before we heard of it: this node
+                # belongs to a session no lease stands for.
+                await self.delete_path(path)
+                raise SessionExpiredError(f"session {session_id:#x} expired while registering")
+            known = {
+                paths[p].rpartition("/")[2]: (entry_of(paths[p], *v) if v else None)
+                for p, v in values.items()
+            }
+            return path.rpartition("/")[2], stat, listing, known
+        raise BackendUnavailable(f"ZooKeeper create in {node}: no answer")
+
+    async def find(self, node: str, waiter_id: str, session_id: int) -> tuple[str, Any] | None:
+        """The oldest node of *waiter_id* owned by *session_id*, as ``(name, stat)``."""
+        listing = await self.children(node)
+        if listing is None:
+            return None
+        for waiter in waiter_names(listing[0]):
+            if waiter.waiter_id != waiter_id:
+                continue
+            path = f"{node}/{waiter.name}"
+            stat = await self._conn.call("exists", partial(_exists, path=path), retry=True)
+            if stat is not None and stat.ephemeralOwner == session_id:
+                return waiter.name, stat
+        return None
+
+    # -- waiting and deleting -------------------------------------------------------------
+
+    async def wait_deleted(self, keys: Sequence[str], default_timeout: float) -> None:
+        paths = [self._paths.path(key) for key in keys]
+        woken = anyio.Event()
+        # Listen first, then arm the watches (CURATOR-527).
+        with self._watches.listening("data", paths, woken.set):
+            client = await self._conn.current(default_timeout)
+            watcher = self._watches.data_watcher
+            replies = [
+                self._conn.start(partial(client.get_async, path, watch=watcher)) for path in paths
+            ]
+            for path, reply in zip(paths, replies, strict=True):
+                try:
+                    await reply.result()
+                except kz.NoNodeError:
+                    if parse_waiter(path.rpartition("/")[2]) is not None:
+                        self._watches.forget(client, path)
+                    return
+                except ANSWERS as exc:
+                    raise self._conn.translate(exc, "watch", client) from exc
+                except Exception as exc:
+                    error = self._conn.translate(exc, "watch", client)
+                    if isinstance(error, BackendUnavailable):
+                        return  # a disconnect: the caller re-checks, which waits for it
+                    raise error from exc
+            await woken.wait()
+
+    async def delete_path(self, path: str) -> bool:
+        try:
+            await self._conn.call("delete", lambda c: c.delete_async(path), retry=True)
+        except kz.NoNodeError:
+            return False
+        return True
+
+    async def delete(self, entry: Entry) -> bool:
+        _, node, name = self._paths.split(entry.key)
+        if entry.provisional:  # registration outcome unknown: look for its GUID
+            deleted = False
+            while entry.lease and (found := await self.find(node, name, entry.lease)):
+                deleted = await self.delete_path(f"{node}/{found[0]}") or deleted
+        elif parse_waiter(name) is not None:
+            deleted = await self.delete_path(f"{node}/{name}")
+        else:
+            deleted = await self._delete_same(self._paths.path(entry.key), entry.revision)
+        if deleted and not self._nodes.containers:
+            await self._nodes.prune(f"{node}/{name}")
+        return deleted
+
+    async def _delete_same(self, path: str, czxid: int) -> bool:
+        # A plain key can be deleted and created again under the same name: compare the
+        # creation zxid, then delete only that version.
+        stat = await self._conn.call("exists", lambda c: c.exists_async(path), retry=True)
+        if stat is None or stat.czxid != czxid:
+            return False
+        try:
+            await self._conn.call("delete", lambda c: c.delete_async(path, stat.version))
+        except (kz.NoNodeError, kz.BadVersionError):
+            return False
+        return True

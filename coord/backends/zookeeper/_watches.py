@@ -1,0 +1,98 @@
+"""ZooKeeper watches, multiplexed: one kazoo watcher per kind, listeners per path.
+
+kazoo keeps a set of watcher callables per path and calls each once when the watch
+fires. Passing it the same callable every time (one per kind, for the whole backend)
+means a path carries at most one kazoo watcher and one server watch however many tasks
+wait on it; the listeners live here, on the event loop, and cost no task and no thread.
+
+Listeners are registered *before* the request that arms the watch (CURATOR-527), so an
+event that fires between the two is never lost. A disconnect kills every server watch:
+kazoo then fires every watcher with an event of type NONE, and every listener is woken
+to re-check. A listener that is removed before its watch fires leaves at most the shared
+callable in kazoo's table, which does nothing when the watch eventually fires.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Literal
+
+from kazoo.protocol.states import EventType
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator
+
+    from ._bridge import Bridge
+
+__all__ = ["Kind", "WatchRegistry"]
+
+Kind = Literal["data", "children"]
+
+
+class WatchRegistry:
+    """Listeners per ``(kind, path)``, woken on the event loop when a watch fires."""
+
+    def __init__(self, bridge: Bridge) -> None:
+        self._bridge = bridge
+        self._listeners: defaultdict[tuple[Kind, str], set[Callable[[], None]]] = defaultdict(set)
+
+    # The callables handed to kazoo (run on kazoo's callback thread: they must not block).
+
+    def data_watcher(self, event: Any) -> None:
+        self._bridge.to_loop(self._fire, "data", event.type, event.path)
+
+    def children_watcher(self, event: Any) -> None:
+        self._bridge.to_loop(self._fire, "children", event.type, event.path)
+
+    # On the event loop.
+
+    @contextmanager
+    def listening(
+        self, kind: Kind, paths: Iterable[str], wake: Callable[[], None]
+    ) -> Iterator[None]:
+        """Call *wake* whenever a *kind* watch fires on one of *paths*, or on a disconnect."""
+        keys = [(kind, path) for path in paths]
+        for key in keys:
+            self._listeners[key].add(wake)
+        try:
+            yield
+        finally:
+            for key in keys:
+                listeners = self._listeners.get(key)
+                if listeners is not None:
+                    listeners.discard(wake)
+                    if not listeners:
+                        del self._listeners[key]
+
+    def wake_all(self) -> None:
+        """Wake every listener: their watches are gone (disconnect, client replaced)."""
+        for listeners in list(self._listeners.values()):
+            for wake in list(listeners):
+                wake()
+
+    def _fire(self, kind: Kind, event_type: str, path: str | None) -> None:
+        if event_type == EventType.NONE or path is None:
+            self.wake_all()
+            return
+        for wake in list(self._listeners.get((kind, path), ())):
+            wake()
+
+    def forget(self, client: Any, path: str) -> None:
+        """Drop our data watcher from kazoo's table for a *path* that will never exist
+        again (a deleted waiter node: its name carries a one-time GUID).
+
+        kazoo records the watcher of a ``get`` even when the answer is "no node", and
+        then keeps it until the next disconnect: without this, a long-lived client would
+        accumulate one entry per predecessor that left before it could be watched.
+        """
+        watcher = self.data_watcher
+
+        def job() -> None:  # on the submitter thread, like every other kazoo access
+            watchers = client._data_watchers.get(path)
+            if watchers is not None:
+                watchers.discard(watcher)
+                if not watchers:
+                    client._data_watchers.pop(path, None)
+
+        self._bridge.submit(job)

@@ -1,0 +1,117 @@
+"""Helpers shared by the ZooKeeper tests."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.abc import SocketAttribute
+from kazoo.client import KazooClient
+
+from coord.backends.zookeeper import ZooKeeperBackend
+
+if TYPE_CHECKING:
+    from anyio.abc import SocketStream, TaskStatus
+
+    import coord
+
+
+def backend_of(client: coord.Client) -> ZooKeeperBackend:
+    backend = client.backend
+    assert isinstance(backend, ZooKeeperBackend)
+    return backend
+
+
+async def raw_client(endpoint: str, **options: Any) -> KazooClient:
+    """A plain kazoo client (started in a thread: kazoo blocks), to look at the tree
+    the way another program would."""
+
+    def start() -> KazooClient:
+        client = KazooClient(hosts=endpoint, **options)
+        client.start(timeout=10)
+        return client
+
+    return await anyio.to_thread.run_sync(start)
+
+
+async def stop(client: KazooClient) -> None:
+    def stop_and_close() -> None:
+        client.stop()
+        client.close()
+
+    await anyio.to_thread.run_sync(stop_and_close)
+
+
+CREATE2 = 15  # ZooKeeper's opcode of a create that returns the node's stat
+
+
+class Proxy:
+    """A TCP proxy in front of a ZooKeeper server that can swallow replies and cut
+    connections: a network that fails exactly where a test needs it to.
+
+    Start it with ``await tg.start(proxy.serve)``; clients connect to :attr:`port`.
+    """
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = 0
+        #: While True, what the server sends is dropped (requests still go through).
+        self.swallow_replies = False
+        #: When a request with this opcode goes through, start swallowing replies.
+        self.swallow_from_opcode: int | None = None
+        self._connections: set[anyio.CancelScope] = set()
+
+    async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+        async with listener:
+            self.port = listener.extra(SocketAttribute.local_port)
+            task_status.started()
+            await listener.serve(self._relay)
+
+    def cut(self) -> None:
+        """Close every connection (both sides see it closed), as a network failure would."""
+        for scope in self._connections:
+            scope.cancel()
+
+    async def _relay(self, client: SocketStream) -> None:
+        scope = anyio.CancelScope()
+        self._connections.add(scope)
+        try:
+            with scope:
+                async with client, await anyio.connect_tcp("127.0.0.1", self.target_port) as server:
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(self._requests, client, server, tg.cancel_scope)
+                        tg.start_soon(self._replies, server, client, tg.cancel_scope)
+        finally:
+            self._connections.discard(scope)
+
+    async def _requests(
+        self, source: SocketStream, sink: SocketStream, pair: anyio.CancelScope
+    ) -> None:
+        # Frames: a 4-byte length, then (after the connect request) xid and opcode.
+        buffer, first = b"", True
+        try:
+            async for chunk in source:
+                buffer += chunk
+                while len(buffer) >= 4 and len(buffer) >= 4 + int.from_bytes(buffer[:4]):
+                    size = 4 + int.from_bytes(buffer[:4])
+                    frame, buffer = buffer[:size], buffer[size:]
+                    opcode = None if first else int.from_bytes(frame[8:12], signed=True)
+                    first = False
+                    if opcode is not None and opcode == self.swallow_from_opcode:
+                        self.swallow_replies = True
+                    await sink.send(frame)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            pass
+        pair.cancel()  # one side closed: close the other
+
+    async def _replies(
+        self, source: SocketStream, sink: SocketStream, pair: anyio.CancelScope
+    ) -> None:
+        try:
+            async for chunk in source:
+                if not self.swallow_replies:
+                    await sink.send(chunk)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            pass
+        pair.cancel()

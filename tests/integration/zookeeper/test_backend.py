@@ -1,0 +1,215 @@
+"""The ZooKeeper backend beneath the contract: node layout, fences, containers, watches,
+leases, plain keys, trio, and what it leaves behind."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import TYPE_CHECKING
+
+import anyio
+import pytest
+
+import coord
+from coord.abc import ChangeKind, Entry
+from coord.backends.zookeeper import ZooKeeperBackend
+from coord.testing import ZooKeeperServer, drop_key, wait_for_waiters
+
+from ._support import backend_of, raw_client, stop
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+pytestmark = [pytest.mark.anyio, pytest.mark.zookeeper]
+
+
+def _chroot(url: str) -> str:
+    return url.rsplit("/", 1)[1]
+
+
+@pytest.fixture
+async def backend(zookeeper_url: str) -> AsyncIterator[ZooKeeperBackend]:
+    async with coord.connect(zookeeper_url, ttl=5) as client:
+        yield backend_of(client)
+
+
+async def test_waiter_node_layout_and_fence(
+    zookeeper_server: ZooKeeperServer, zookeeper_url: str
+) -> None:
+    """``/<chroot>/<name>/@<guid>-<10-digit seq>``, ephemeral, owned by the session; the
+    fence is the node's czxid (global), not its sequence number (per parent)."""
+    observer = await raw_client(zookeeper_server.endpoint)
+    try:
+        async with coord.connect(zookeeper_url, ttl=5) as client:
+            async with client.mutex("orders/42") as hold:
+                prefix, _, name = hold.key.rpartition("/")
+                guid, _, sequence = name.rpartition("-")
+                assert prefix == "orders/42"
+                assert guid.startswith("@")
+                assert len(guid) == 33
+                assert len(sequence) == 10
+                assert sequence.isdigit()
+                path = f"/{_chroot(zookeeper_url)}/{hold.key}"
+                _, stat = await anyio.to_thread.run_sync(observer.get, path)
+                assert hold.fence == stat.czxid
+                assert stat.ephemeralOwner == client.session.lease.id
+            async with client.mutex("orders/43") as other:
+                assert other.key.endswith("-0000000000")  # a new parent: sequence restarts
+                assert other.fence > hold.fence  # ... the fence does not
+    finally:
+        await stop(observer)
+
+
+async def test_empty_lock_parents_are_removed(
+    zookeeper_server: ZooKeeperServer, zookeeper_url: str
+) -> None:
+    """Lock parents are container nodes: the server deletes them once empty (checked
+    every second by the test server), so they never pile up."""
+    observer = await raw_client(zookeeper_server.endpoint)
+    parent = f"/{_chroot(zookeeper_url)}/reaped"
+    try:
+        async with coord.connect(zookeeper_url, ttl=5) as client:
+            async with client.mutex("reaped"):
+                assert await anyio.to_thread.run_sync(observer.exists, parent)
+            with anyio.fail_after(10):
+                # Polled: the server reaps containers on a timer, and says nothing.
+                while await anyio.to_thread.run_sync(observer.exists, parent):  # noqa: ASYNC110
+                    await anyio.sleep(0.1)
+            async with client.mutex("reaped"):  # and it comes back when needed
+                pass
+    finally:
+        await stop(observer)
+
+
+async def test_watch_reports_a_registration_made_before_it_started(
+    backend: ZooKeeperBackend, other: coord.Client
+) -> None:
+    """A watch from a listing's revision (the parent's pzxid) reports what changed
+    between the listing and the watch: nothing is missed in that gap."""
+    theirs = backend_of(other)
+    first = await theirs.register("gap/", f"@{uuid.uuid4().hex}", other.session.lease)
+    listing = await backend.entries("gap/")
+    assert [e.key for e in listing.entries] == [first.entry.key]
+    second = await theirs.register("gap/", f"@{uuid.uuid4().hex}", other.session.lease)
+    with anyio.fail_after(5):
+        async with backend.watch("gap/", revision=listing.revision) as changes:
+            change = await changes.__anext__()
+            assert change.kind is ChangeKind.PUT
+            assert change.entry == second.entry
+            await theirs.delete(first.entry)
+            change = await changes.__anext__()
+            assert change.kind is ChangeKind.DELETE
+            assert change.entry.key == first.entry.key
+    # Up to date: a watch from the current revision reports nothing until a change.
+    listing = await backend.entries("gap/")
+    async with backend.watch("gap/", revision=listing.revision) as changes:
+        with anyio.move_on_after(0.3) as quiet:
+            await changes.__anext__()
+        assert quiet.cancelled_caught
+
+
+async def test_wait_deleted_returns_at_once_and_leaves_no_listener(
+    backend: ZooKeeperBackend, other: coord.Client
+) -> None:
+    registry = backend._watches
+    with anyio.fail_after(5):
+        await backend.wait_deleted(["nowhere/@x-0000000000"], revision=0)  # no such node
+        position = await backend_of(other).register(
+            "wait/", f"@{uuid.uuid4().hex}", other.session.lease
+        )
+        woken = anyio.Event()
+
+        async def wait() -> None:
+            await backend.wait_deleted([position.entry.key], revision=position.revision)
+            woken.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait)
+            await anyio.sleep(0.1)
+            assert not woken.is_set()
+            await drop_key(other, position.entry.key)
+        held = await backend_of(other).register("wait/", "@z", other.session.lease)
+        with anyio.move_on_after(0.1) as scope:  # cancelled while waiting
+            await backend.wait_deleted([held.entry.key], revision=held.revision)
+        assert scope.cancelled_caught
+    assert not registry._listeners
+
+
+async def test_one_lease_per_backend(zookeeper_server: ZooKeeperServer) -> None:
+    hosts = [("127.0.0.1", zookeeper_server.port)]
+    async with ZooKeeperBackend(hosts, namespace=f"t{uuid.uuid4().hex[:12]}") as backend:
+        lease = await backend.grant(3)
+        assert lease.ttl == 3
+        with pytest.raises(coord.ConfigurationError, match="one lease"):
+            await backend.grant(3)
+        entry = await backend.put("session/key", b"v", lease=lease)
+        assert entry.lease == lease.id
+        await lease.revoke()
+        assert lease.lost
+        with pytest.raises(coord.SessionExpiredError):
+            await backend.get("session/key")  # no session until the next grant
+        again = await backend.grant(3)
+        assert again.id != lease.id
+        assert await backend.get("session/key") is None  # gone with its session
+        with pytest.raises(coord.SessionExpiredError):
+            await backend.register("x/", "@y", lease)
+
+
+async def test_plain_keys(backend: ZooKeeperBackend) -> None:
+    created = await backend.put("cfg/a", b"1")
+    assert (created.value, created.version, created.lease) == (b"1", 0, 0)
+    assert await backend.get("cfg/a") == created
+    updated = await backend.put("cfg/a", b"2")
+    assert (updated.revision, updated.version) == (created.revision, 1)
+    assert await backend.compare_and_set("cfg/a", b"x", version=0) is None  # stale
+    swapped = await backend.compare_and_set("cfg/a", b"3", version=1)
+    assert swapped is not None
+    assert swapped.version == 2
+    assert await backend.compare_and_set("cfg/a", b"4", version=None) is None  # exists
+    assert await backend.compare_and_set("cfg/b", b"5", version=None) is not None
+    # delete() is guarded by the creation zxid: a re-created key is another entry.
+    assert await backend.delete(created)
+    recreated = await backend.put("cfg/a", b"6")
+    assert not await backend.delete(created)
+    assert await backend.get("cfg/a") == recreated
+    assert await backend.get("cfg/missing") is None
+    assert not await backend.delete(Entry("cfg/missing", revision=1))
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_runs_on_trio(zookeeper_url: str) -> None:
+    assert ZooKeeperBackend.any_event_loop
+    async with coord.connect(zookeeper_url, ttl=5) as a, coord.connect(zookeeper_url) as b:
+        order: list[str] = []
+        mutex = a.mutex("trio")
+        with anyio.fail_after(10):
+            first = await mutex.acquire()
+            async with anyio.create_task_group() as tg:
+
+                async def waiter() -> None:
+                    async with b.mutex("trio") as second:
+                        assert second.fence > first.fence
+                        order.append("b")
+
+                tg.start_soon(waiter)
+                await wait_for_waiters(a, "trio", 2)  # entries, then a watch
+                order.append("a")
+                await mutex.release()
+        assert order == ["a", "b"]
+        with pytest.raises(coord.LockLost):
+            async with a.mutex("trio") as hold:
+                await drop_key(b, hold.key)
+                await anyio.sleep_forever()
+
+
+async def test_closing_leaves_no_thread_behind(zookeeper_url: str) -> None:
+    def ours() -> list[str]:
+        names = [t.name for t in threading.enumerate()]
+        return [
+            n for n in names if "coord-zookeeper" in n or "zk_loop" in n or "_thread_worker" in n
+        ]
+
+    assert ours() == []
+    async with coord.connect(zookeeper_url, ttl=5) as client, client.mutex("threads"):
+        assert ours()
+    assert ours() == []

@@ -1,0 +1,89 @@
+"""A long queue: 200 waiters on one mutex, each release costing O(1) server packets."""
+
+from __future__ import annotations
+
+import re
+
+import anyio
+import pytest
+
+import coord
+from coord.testing import ZooKeeperServer, wait_for_waiters
+
+pytestmark = [pytest.mark.anyio, pytest.mark.zookeeper]
+
+HANDOFFS = 5
+_SENT = re.compile(r"sent=(\d+),sid=")
+
+
+async def test_200_waiters_each_release_costs_the_same_packets(
+    zookeeper_server: ZooKeeperServer, zookeeper_url: str
+) -> None:
+    """Every packet the server sends to the clients (replies, watch events, pings) is
+    counted; per handoff the count must not grow with the queue: a release wakes one
+    waiter, which reads the queue once. A long ttl keeps kazoo's pings out of it."""
+    costs = {}
+    async with (
+        coord.connect(zookeeper_url, ttl=30) as holders,
+        coord.connect(zookeeper_url, ttl=30) as waiters,
+    ):
+        for queue in (10, 200):
+            costs[queue] = await _cost_per_handoff(zookeeper_server, holders, waiters, queue)
+    assert costs[200] <= costs[10] + 1, f"packets per release grew with the queue: {costs}"
+    assert costs[200] <= 8, costs  # delete reply, 1-2 watch events, one listing
+
+
+async def _cost_per_handoff(
+    server: ZooKeeperServer, holders: coord.Client, waiters: coord.Client, queue: int
+) -> float:
+    name = f"long{queue}"
+    holder = holders.mutex(name)
+    await holder.acquire()
+    acquired: list[int] = []
+    released = [anyio.Event() for _ in range(queue)]
+    got_it = anyio.Event()
+
+    async def waiter(i: int) -> None:
+        nonlocal got_it
+        async with waiters.mutex(name):
+            acquired.append(i)
+            got_it.set()
+            await released[i].wait()
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            for i in range(queue):
+                tg.start_soon(waiter, i)
+            await wait_for_waiters(holders, name, queue + 1)
+            before = await _quiet(server)  # every waiter has read the queue, armed its watch
+            await holder.release()
+            for handoff in range(HANDOFFS):
+                await got_it.wait()
+                got_it = anyio.Event()
+                if handoff < HANDOFFS - 1:
+                    released[acquired[-1]].set()
+            after = await _quiet(server)  # the last holder's guard watch is armed
+            cost = (after - before) / HANDOFFS
+            assert len(acquired) == HANDOFFS
+            tg.cancel_scope.cancel()
+    return cost
+
+
+async def _packets_sent(server: ZooKeeperServer) -> int:
+    """The packets sent to client sessions so far: the sum of ``sent=`` over the
+    connections listed by ``cons``. Like ``zk_packets_sent``, without the packets of the
+    four-letter words themselves (their number depends on the length of the answer)."""
+    text = await anyio.to_thread.run_sync(server.four_letter_word, "cons")
+    return sum(int(sent) for sent in _SENT.findall(text))
+
+
+async def _quiet(server: ZooKeeperServer) -> int:
+    """The packet count once the server has sent nothing for 0.1 s (polled: what the
+    clients still have in flight is not observable)."""
+    last = await _packets_sent(server)
+    while True:
+        await anyio.sleep(0.1)
+        count = await _packets_sent(server)
+        if count == last:
+            return count
+        last = count

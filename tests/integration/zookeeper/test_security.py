@@ -1,0 +1,84 @@
+"""Digest auth and ACLs: with credentials, coord's nodes are "creator all", so another
+user of the ensemble can neither delete them nor queue behind them."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+from kazoo.exceptions import NoAuthError
+from kazoo.security import CREATOR_ALL_ACL, make_digest_acl
+
+import coord
+from coord.testing import ZooKeeperServer, drop_key
+from coord.testing.pytest_plugin import fresh_namespace
+
+from ._support import backend_of, raw_client, stop
+
+pytestmark = [pytest.mark.anyio, pytest.mark.zookeeper]
+
+
+async def test_another_user_cannot_delete_our_node(
+    zookeeper_server: ZooKeeperServer, zookeeper_url: str
+) -> None:
+    chroot = zookeeper_url.rsplit("/", 1)[1]
+    alice_url = f"zk://alice:secret@{zookeeper_server.endpoint}/{chroot}"
+    async with coord.connect(alice_url, ttl=5) as alice, alice.mutex("guarded") as hold:
+        path = f"/{chroot}/{hold.key}"
+        for auth in (None, [("digest", "mallory:guess")]):
+            intruder = await raw_client(zookeeper_server.endpoint, auth_data=auth)
+            try:
+                with pytest.raises(NoAuthError):
+                    await anyio.to_thread.run_sync(intruder.delete, path)
+                with pytest.raises(NoAuthError):  # nor read it, nor queue behind it
+                    await anyio.to_thread.run_sync(intruder.get_children, f"/{chroot}/guarded")
+            finally:
+                await stop(intruder)
+        # Through coord, a client without the credentials gets a clear error.
+        async with coord.connect(zookeeper_url, ttl=5) as mallory:
+            with pytest.raises(coord.BackendError, match="ACL"):
+                await drop_key(mallory, hold.key)
+            with pytest.raises(coord.BackendError, match="ACL"):
+                await mallory.mutex("guarded").try_acquire()
+        assert not hold.lost
+        # Another client of the same user may (the ACL names the user, not the session).
+        async with coord.connect(zookeeper_url, ttl=5, auth=("alice", "secret")) as again:
+            assert [e.key for e in (await again.backend.entries("guarded/")).entries] == [hold.key]
+
+
+async def test_an_explicit_acl(zookeeper_server: ZooKeeperServer) -> None:
+    chroot = fresh_namespace()
+    acl = [make_digest_acl("alice", "secret", all=True), make_digest_acl("bob", "pw", read=True)]
+    url = f"zk://{zookeeper_server.endpoint}/{chroot}"
+    async with coord.connect(url, ttl=5, auth=("alice", "secret"), acl=acl) as alice:
+        mutex = alice.mutex("shared")
+        hold = await mutex.acquire()
+        bob = await raw_client(zookeeper_server.endpoint, auth_data=[("digest", "bob:pw")])
+        try:
+            path = f"/{chroot}/{hold.key}"
+            _, stat = await anyio.to_thread.run_sync(bob.get, path)  # bob may read
+            assert stat.czxid == hold.fence
+            with pytest.raises(NoAuthError):
+                await anyio.to_thread.run_sync(bob.delete, path)
+        finally:
+            await stop(bob)
+        await mutex.release()
+
+
+def test_options_are_checked_at_the_call() -> None:
+    with pytest.raises(coord.ConfigurationError, match="unknown ZooKeeper option"):
+        coord.connect("zk://127.0.0.1:2181", tls=True)
+    with pytest.raises(coord.ConfigurationError, match="auth must be"):
+        coord.connect("zk://127.0.0.1:2181", auth="alice:secret")
+    with pytest.raises(coord.ConfigurationError, match="not both"):
+        coord.connect("zk://alice:secret@127.0.0.1:2181", auth=("bob", "pw"))
+    with pytest.raises(coord.ConfigurationError, match="acl"):
+        coord.connect("zk://127.0.0.1:2181", acl=["world:anyone"])
+    with pytest.raises(coord.ConfigurationError, match="needs auth"):
+        coord.connect("zk://127.0.0.1:2181", acl=CREATOR_ALL_ACL)
+    with pytest.raises(coord.ConfigurationError, match="suspended_is_lost"):
+        coord.connect("zk://127.0.0.1:2181", suspended_is_lost="yes")
+    with pytest.raises(coord.ConfigurationError, match="connect_timeout"):
+        coord.connect("zk://127.0.0.1:2181", connect_timeout=0)
+    client = coord.connect("zk://alice:s%40cret@127.0.0.1:2181/app", suspended_is_lost=False)
+    assert backend_of(client)._options.auth_data == (("digest", "alice:s@cret"),)
+    assert not backend_of(client).suspended_is_lost
