@@ -1,12 +1,15 @@
-"""Benchmark: coord's Mutex against aetcd's Lock on the same etcd, in the same run.
+"""Benchmark: coord's Mutex against the peer lock of the same store, in the same run.
 
-Each contender has its own client (its own session) and loops acquire -> release for a
-fixed time. Printed per (lock, contenders): acquisitions/s, wait p50/p99, max/mean wait
-(fairness: a newcomer jumping the queue makes the max wait explode), and etcd's Watch
-messages sent per acquisition (herd: one release waking every waiter). Compare ratios
-within one run; absolute numbers depend on the machine.
+On etcd the peer is aetcd's Lock; on ZooKeeper it is kazoo's Lock (threaded: one thread
+per contender). Each contender has its own client (its own session) and loops acquire ->
+release for a fixed time. Printed per (lock, contenders): acquisitions/s, wait p50/p99,
+max/mean wait (fairness: a newcomer jumping the queue makes the max wait explode), and
+the server's notifications per acquisition (etcd: Watch messages sent; ZooKeeper: watch
+events fired) — a herd shows as one release waking every waiter. Compare ratios within one
+run; absolute numbers depend on the machine.
 
     python benchmarks/mutex_bench.py                       # starts a throwaway etcd
+    python benchmarks/mutex_bench.py --store zk            # starts a throwaway ZooKeeper
     python benchmarks/mutex_bench.py --url etcd://127.0.0.1:2379 --seconds 10
 """
 
@@ -22,9 +25,11 @@ from dataclasses import dataclass
 
 import aetcd
 import anyio
+from kazoo.client import KazooClient
 
 import coord
-from coord.testing import EtcdServer
+from coord.backends.zookeeper._faults import notifications_sent
+from coord.testing import EtcdServer, ZooKeeperServer
 from coord.testing._metrics import watch_messages_sent
 
 Contender = Callable[[float, list[float]], Awaitable[None]]
@@ -51,17 +56,24 @@ class Result:
         )
 
 
+async def notifications(endpoint: str) -> int:
+    if endpoint.startswith("zk:"):
+        host, port = endpoint[3:].rsplit(":", 1)
+        return await anyio.to_thread.run_sync(notifications_sent, [(host, int(port))])
+    return await watch_messages_sent(endpoint)
+
+
 async def run(
     name: str, contenders: int, seconds: float, endpoint: str, contend: Contender
 ) -> Result:
     waits: list[float] = []
-    before = await watch_messages_sent(endpoint)
+    before = await notifications(endpoint)
     start = time.perf_counter()
     async with anyio.create_task_group() as tg:
         for _ in range(contenders):
             tg.start_soon(contend, start + seconds, waits)
     elapsed = time.perf_counter() - start
-    msgs = await watch_messages_sent(endpoint) - before
+    msgs = await notifications(endpoint) - before
     return Result(name, contenders, len(waits), elapsed, waits, msgs)
 
 
@@ -93,19 +105,44 @@ def aetcd_contender(
     return contend
 
 
+def kazoo_contender(hosts: str, key: str) -> Contender:
+    def contend_in_thread(deadline: float, waits: list[float]) -> None:
+        client = KazooClient(hosts=hosts, timeout=10)
+        client.start()
+        try:
+            lock = client.Lock(f"/bench/{key}")
+            while time.perf_counter() < deadline:
+                t0 = time.perf_counter()
+                lock.acquire()
+                waits.append(time.perf_counter() - t0)
+                lock.release()
+        finally:
+            client.stop()
+            client.close()
+
+    async def contend(deadline: float, waits: list[float]) -> None:
+        await anyio.to_thread.run_sync(contend_in_thread, deadline, waits)
+
+    return contend
+
+
 async def main(url: str, endpoint: str, contenders: list[int], seconds: float) -> None:
-    host, port = endpoint.rsplit(":", 1)
-    print(f"etcd at {endpoint}; {seconds:.0f} s per row")
+    zk = endpoint.startswith("zk:")
+    host, port = endpoint.removeprefix("zk:").rsplit(":", 1)
+    peer = "kazoo.Lock" if zk else "aetcd.Lock"
+    print(f"{'ZooKeeper' if zk else 'etcd'} at {host}:{port}; {seconds:.0f} s per row")
     print(
         "| lock | contenders | acquisitions/s | p50 wait | p99 wait | max/mean wait "
-        "| watch msgs per acquisition |"
+        "| server notifications per acquisition |"
     )
     print("|---|---|---|---|---|---|---|")
     for n in contenders:
-        for name in ("coord.Mutex", "aetcd.Lock"):
+        for name in ("coord.Mutex", peer):
             key = f"bench-{uuid.uuid4().hex[:8]}"
             if name == "coord.Mutex":
                 contend = coord_contender(url, key)
+            elif zk:
+                contend = kazoo_contender(f"{host}:{port}", key)
             else:
                 contend = aetcd_contender(host, int(port), key)
             result = await run(name, n, seconds, endpoint, contend)
@@ -113,11 +150,16 @@ async def main(url: str, endpoint: str, contenders: list[int], seconds: float) -
 
 
 @contextlib.contextmanager
-def etcd_endpoint(url: str | None) -> Iterator[tuple[str, str]]:
+def store_endpoint(url: str | None, store: str) -> Iterator[tuple[str, str]]:
+    """(coord URL, endpoint); the endpoint is ``host:port``, ``zk:host:port`` for zk."""
     if url:
         parsed = coord._url.parse_url(url)
         host, port = parsed.hosts[0]
-        yield url, f"{host}:{port}"
+        yield url, f"{'zk:' if parsed.scheme == 'zk' else ''}{host}:{port}"
+        return
+    if store == "zk":
+        with ZooKeeperServer() as zk:
+            yield zk.url + "/bench", f"zk:{zk.endpoint}"
         return
     with EtcdServer() as server:
         yield server.url + "/bench", server.endpoint
@@ -125,9 +167,10 @@ def etcd_endpoint(url: str | None) -> Iterator[tuple[str, str]]:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url", help="an etcd:// URL (default: start a throwaway etcd)")
+    parser.add_argument("--store", choices=["etcd", "zk"], default="etcd")
+    parser.add_argument("--url", help="an etcd:// or zk:// URL (default: start a server)")
     parser.add_argument("--contenders", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--seconds", type=float, default=5.0)
     args = parser.parse_args()
-    with etcd_endpoint(args.url) as (url, endpoint):
+    with store_endpoint(args.url, args.store) as (url, endpoint):
         anyio.run(main, url, endpoint, args.contenders, args.seconds)

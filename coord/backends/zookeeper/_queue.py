@@ -1,9 +1,9 @@
 """Waiter queues on ZooKeeper: Curator's lock internals behind coord's contract.
 
-* register — list the children, then, in one round trip (pipelined: ZooKeeper runs a
-  session's requests in order), create ``<parent>/<waiter id>-`` EPHEMERAL_SEQUENTIAL
-  (parents as containers), list the children again and read the nearest ones from the
-  first listing; sorted by sequence, the nearest children before mine are ahead of me.
+* register — in one round trip (pipelined: ZooKeeper runs a session's requests in
+  order), create ``<parent>/<waiter id>-`` EPHEMERAL_SEQUENTIAL (parents as containers)
+  and list the children; sorted by sequence, the nearest children before mine are ahead
+  of me, and only those are read (a second round trip, only when someone is ahead).
   If the create's reply is lost, the children are searched for my GUID, and a node found
   is adopted only if its ephemeralOwner is my session (CURATOR-498).
 * position — list the children again: my node missing means my entry is gone.
@@ -175,18 +175,9 @@ class Queues:
         self, prefix: str, waiter_id: str, session_id: int, value: bytes, ahead: int | None
     ) -> Position:
         node = self._paths.parent(prefix)
-        # The names first, then the create, the listing and a read of the entries that
-        # will most likely be ahead of mine, pipelined: the node is visible to others
-        # only once the registration is all but complete, so a cancel seldom catches it
-        # in flight (then the node is deleted afterwards, asynchronously).
-        before = await self.children(node)
-        if before is None:
-            await self._nodes.ensure_parents(f"{node}/{waiter_id}")
-        guess = [w.name for w in waiter_names(before[0] if before else [])][::-1]
-        guess = guess if ahead is None else guess[:ahead]
-        name, stat, listing, known = await self._create(
-            node, waiter_id, session_id, value, [prefix + n for n in guess]
-        )
+        # The create and the listing, pipelined (one round trip); the entries ahead of
+        # mine, if any, are read next. Missing parents are created on NoNode.
+        name, stat, listing, known = await self._create(node, waiter_id, session_id, value, [])
         mine = entry_of(prefix + name, value, stat)
         while True:
             if listing is None:
