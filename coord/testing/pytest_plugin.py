@@ -47,52 +47,48 @@ def fresh_namespace() -> str:
     return f"t{uuid.uuid4().hex[:12]}"
 
 
-@pytest.fixture(scope="session")
-def etcd_server() -> Iterator[EtcdServer]:
-    """A real etcd started for this test session (stopped at the end)."""
-    if os.environ.get("COORD_TEST_ETCD_URL"):
-        pytest.skip("COORD_TEST_ETCD_URL is set: not starting a local etcd")
-    server = _start_or_skip(EtcdServer)
+def _serve(factory: Callable[[], _P], env: str) -> Iterator[_P]:
+    if os.environ.get(env):
+        pytest.skip(f"{env} is set: not starting a local server")
+    server = _start_or_skip(factory)
     try:
         yield server
     finally:
         server.close()
+
+
+def _url(request: pytest.FixtureRequest, env: str, fixture: str) -> str:
+    base = os.environ.get(env)
+    if not base:
+        server = request.getfixturevalue(fixture)
+        if not server.running:  # a previous test left it stopped
+            server.start()
+        base = server.url
+    return f"{base.rstrip('/')}/{fresh_namespace()}"
+
+
+@pytest.fixture(scope="session")
+def etcd_server() -> Iterator[EtcdServer]:
+    """A real etcd started for this test session (stopped at the end)."""
+    yield from _serve(EtcdServer, "COORD_TEST_ETCD_URL")
 
 
 @pytest.fixture
 def etcd_url(request: pytest.FixtureRequest) -> str:
     """An ``etcd://`` URL with a namespace of this test's own."""
-    base = os.environ.get("COORD_TEST_ETCD_URL")
-    if not base:
-        server: EtcdServer = request.getfixturevalue("etcd_server")
-        if not server.running:  # a previous test left it stopped
-            server.start()
-        base = server.url
-    return f"{base.rstrip('/')}/{fresh_namespace()}"
+    return _url(request, "COORD_TEST_ETCD_URL", "etcd_server")
 
 
 @pytest.fixture(scope="session")
 def zookeeper_server() -> Iterator[ZooKeeperServer]:
     """A real ZooKeeper started for this test session (stopped at the end)."""
-    if os.environ.get("COORD_TEST_ZOOKEEPER_URL"):
-        pytest.skip("COORD_TEST_ZOOKEEPER_URL is set: not starting a local ZooKeeper")
-    server = _start_or_skip(ZooKeeperServer)
-    try:
-        yield server
-    finally:
-        server.close()
+    yield from _serve(ZooKeeperServer, "COORD_TEST_ZOOKEEPER_URL")
 
 
 @pytest.fixture
 def zookeeper_url(request: pytest.FixtureRequest) -> str:
     """A ``zk://`` URL with a chroot of this test's own."""
-    base = os.environ.get("COORD_TEST_ZOOKEEPER_URL")
-    if not base:
-        server: ZooKeeperServer = request.getfixturevalue("zookeeper_server")
-        if not server.running:  # a previous test left it stopped
-            server.start()
-        base = server.url
-    return f"{base.rstrip('/')}/{fresh_namespace()}"
+    return _url(request, "COORD_TEST_ZOOKEEPER_URL", "zookeeper_server")
 
 
 @pytest.hookimpl(hookwrapper=True)
