@@ -99,7 +99,7 @@ class Mutex:
 
         Local state only: says nothing of other processes. Not a checkpoint.
         """
-        return any(not hold.released for hold in self._holds.values())
+        return bool(self._holds)  # a hold leaves this dict when it is released
 
     def statistics(self) -> MutexStatistics:
         """Return the local state of this object. Not a checkpoint."""
@@ -114,7 +114,9 @@ class Mutex:
         """Wait for the lock in FIFO order and return the :class:`Hold`.
 
         A checkpoint. If cancelled (or if it raises), this call did not happen: the waiter
-        key is deleted (shielded, bounded by the TTL) before the exception propagates.
+        key is deleted (shielded, bounded by the TTL) before the exception propagates; if
+        the cancel lands while the registration request is in flight, the session task
+        that owns the request deletes the key when its reply arrives.
 
         :raises SessionExpiredError: if the session is lost while waiting, or my waiter
             key is deleted by someone else
@@ -204,8 +206,7 @@ class Mutex:
             await self._session.discard(entry)
 
     def _check_not_held(self) -> None:
-        hold = self._holds.get(get_current_task().id)
-        if hold is not None and not hold.released:
+        if get_current_task().id in self._holds:
             raise LockedError(
                 f"this task already holds mutex {self._name!r} (coord mutexes are not reentrant)"
             )
@@ -222,13 +223,12 @@ class Mutex:
         :raises LockLost: if the lock had been lost before this release
         """
         hold = self._holds.pop(get_current_task().id, None)
-        if hold is None or hold.released:
+        if hold is None:
             raise NotOwnerError(f"mutex {self._name!r} is not held by this task")
         hold._release()
-        if not hold.lost:
-            await self._discard(hold.entry)
-        if hold.lost:
+        if hold.lost:  # the key is gone already (or dies with the session)
             raise LockLost(f"mutex {self._name!r} was lost while held (fence {hold.fence})")
+        await self._discard(hold.entry)
 
     # -- async with -----------------------------------------------------------------------
 

@@ -37,7 +37,6 @@ class KeptAliveLease(Lease):
         self._ttl = ttl
         self._deadline = sent_at + ttl
         self._lost = anyio.Event()
-        self._revoked = False
         self._scope = anyio.CancelScope()
 
     @property
@@ -86,7 +85,6 @@ class KeptAliveLease(Lease):
     async def revoke(self) -> None:
         """Stop the keepalive, then end the lease on the store. Marks the lease lost."""
         self._scope.cancel()
-        self._revoked = True
         try:
             if not self.lost:
                 await self._revoke()
