@@ -8,6 +8,7 @@ ZooKeeper backends implement.
 from __future__ import annotations
 
 from ._client import Client as Client
+from ._client import ClientStatistics as ClientStatistics
 from ._client import connect as connect
 from ._exceptions import BackendError as BackendError
 from ._exceptions import BackendUnavailable as BackendUnavailable
@@ -31,6 +32,7 @@ __all__ = [
     "BackendError",
     "BackendUnavailable",
     "Client",
+    "ClientStatistics",
     "ClosedError",
     "ConfigurationError",
     "CoordError",

@@ -1,31 +1,48 @@
-"""The client: one backend connection and one session on it; the recipe factory."""
+"""The client: one backend connection, the sessions on it, and the recipe factory."""
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import os
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import sniffio
 from anyio.abc import AsyncResource
 
 from ._exceptions import ClosedError, ConfigurationError
+from ._keeper import SessionKeeper, SessionStatistics
 from ._mutex import Mutex
-from ._session import Session
 from ._url import SCHEMES, parse_url
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
     from types import TracebackType
 
+    from ._session import Session
     from .abc import Backend
 
-__all__ = ["Client", "connect"]
+__all__ = ["Client", "ClientStatistics", "connect"]
 
 _EXTRAS = {"etcd": "etcd", "zk": "zookeeper", "memory": ""}
 
 
+@dataclass(frozen=True)
+class ClientStatistics(SessionStatistics):
+    """Counters of one client (see :class:`coord.Client`). Frozen; read with
+    :meth:`Client.statistics`.
+
+    :ivar session_id: id of the current session's lease (etcd lease id, ZooKeeper session
+        id), None between sessions
+    :ivar sessions_opened: sessions opened so far, the first one included
+    :ivar sessions_lost: sessions lost so far (closing the client does not count)
+    :ivar renew_failures: failed attempts to open a new session
+    :ivar renews: whether a lost session is followed by a new one
+    """
+
+
 class Client(AsyncResource):
-    """A connection to a coordination store with one session (lease) on it.
+    """A connection to a coordination store, and the sessions on it.
 
     Use :func:`coord.connect` to make one from a URL, or inject a backend::
 
@@ -33,18 +50,33 @@ class Client(AsyncResource):
             async with client.mutex("jobs/lock") as hold:
                 ...
 
-    Every recipe object made by the client shares its session: when the session is lost,
-    every lock held through this client is lost, and new acquires raise
-    :exc:`coord.SessionExpiredError`.
+    A client is meant to live as long as the service. It keeps one session (an etcd
+    lease, a ZooKeeper session) at a time; when that session is lost, its holders are
+    cancelled and get :exc:`coord.LockLost`, its waiters register again on the next
+    session, and the client opens that next session by itself, backing off while the
+    store cannot be reached. ``renew=False`` makes the first loss final instead: then
+    every later acquire raises :exc:`coord.SessionExpiredError`.
 
     :param backend: an unopened backend; the client opens and closes it
-    :param ttl: the session's lease TTL in seconds
+    :param ttl: each session's lease TTL in seconds
+    :param renew: open a new session when the current one is lost
+    :raises ConfigurationError: for a TTL the store does not accept
     """
 
-    def __init__(self, backend: Backend, *, ttl: float = 10.0) -> None:
+    def __init__(self, backend: Backend, *, ttl: float = 10.0, renew: bool = True) -> None:
+        if not isinstance(renew, bool):
+            raise ConfigurationError(f"renew must be True or False, not {renew!r}")
         self._backend = backend
-        self._session = Session(backend, ttl=ttl)
+        self._keeper = SessionKeeper(backend, ttl=ttl, renew=renew)
         self._entered = False
+
+    def __repr__(self) -> str:
+        name = type(self._backend).__name__
+        try:
+            session = repr(self._keeper.current)
+        except ClosedError:
+            session = "not open"
+        return f"<coord.Client {name} {session}>"
 
     @property
     def backend(self) -> Backend:
@@ -52,27 +84,45 @@ class Client(AsyncResource):
 
     @property
     def session(self) -> Session:
-        return self._session
+        """The current session. It may be lost (``session.lost``) while the next one is
+        being opened. Not a checkpoint.
+
+        :raises ClosedError: before the client is open
+        """
+        return self._keeper.current
+
+    def sessions(self) -> AsyncIterator[Session]:
+        """Follow the sessions: the current one first, then each new one as it opens.
+
+        Ends when the client is closed (or, with ``renew=False``, once the session is
+        lost)::
+
+            async for session in client.sessions():
+                print("session", session.id)
+                await session.wait_lost()
+        """
+        return self._keeper.changes()
+
+    def statistics(self) -> ClientStatistics:
+        """Counters of this client's sessions. Not a checkpoint."""
+        stats = self._keeper.statistics()
+        return ClientStatistics(**stats.__dict__)
 
     def mutex(self, name: str) -> Mutex:
-        """A :class:`coord.Mutex` called *name* on this client's session. Not a checkpoint.
+        """A :class:`coord.Mutex` called *name* on this client's sessions. Not a checkpoint.
 
         :raises ConfigurationError: if *name* is not a valid name
         """
-        return Mutex(self._session, name)
+        return Mutex(self._keeper, name)
 
     async def __aenter__(self) -> Client:
         if self._entered:
             raise ClosedError("a Client can be opened only once")
         self._entered = True
-        if not self._backend.any_event_loop and not _on_asyncio():
-            raise ConfigurationError(
-                f"{type(self._backend).__name__} runs on asyncio only (its client library "
-                "is asyncio-only); run it with anyio.run(..., backend='asyncio')"
-            )
+        _check_event_loop(self._backend)
         await self._backend.__aenter__()
         try:
-            await self._session.__aenter__()
+            await self._keeper.__aenter__()
         except BaseException:
             await self._backend.aclose()
             raise
@@ -87,14 +137,17 @@ class Client(AsyncResource):
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the session (revoking its lease) and the connection. Shielded."""
+        """Close the session (holders are cancelled and told first, then the lease is
+        revoked) and the connection. Shielded."""
         try:
-            await self._session.aclose()
+            await self._keeper.aclose()
         finally:
             await self._backend.aclose()
 
 
-def connect(url: str | None = None, *, ttl: float = 10.0, **options: Any) -> Client:
+def connect(
+    url: str | None = None, *, ttl: float = 10.0, renew: bool = True, **options: Any
+) -> Client:
     """Make a client for the store at *url*; use it with ``async with``.
 
     Example::
@@ -102,14 +155,18 @@ def connect(url: str | None = None, *, ttl: float = 10.0, **options: Any) -> Cli
         async with coord.connect("etcd://10.0.0.1:2379,10.0.0.2:2379/myapp") as client:
             ...
 
-    URLs: ``etcd://[user:password@]host:port[,host:port...][/namespace]``,
-    ``zk://host:port[,host:port...][/chroot]``, ``memory://[name]``. The URL and every
-    option are checked here, before anything connects. Not a checkpoint.
+    URLs: ``etcd://[user:password@]host[:port][,host[:port]...][/namespace]`` (port 2379 by
+    default), ``zk://host[:port][,...][/chroot]`` (port 2181), ``memory://[name]``. The URL,
+    the TTL (against the store's limits) and every option are checked here, before
+    anything connects; so is the event loop, when called from one. Not a checkpoint.
 
     :param url: the store's URL; default: the ``COORD_URL`` environment variable
     :param ttl: seconds the store keeps this client's keys after its last keepalive
+    :param renew: open a new session when the current one is lost (the default); False
+        makes the first loss final
     :param options: backend options (see the backend classes, e.g. TLS files for etcd)
-    :raises ConfigurationError: for a bad URL, TTL or option, or a missing extra
+    :raises ConfigurationError: for a bad URL, TTL or option, a missing extra, or an
+        asyncio-only store used under trio
     """
     if url is None:
         url = os.environ.get("COORD_URL")
@@ -124,13 +181,24 @@ def connect(url: str | None = None, *, ttl: float = 10.0, **options: Any) -> Cli
         raise ConfigurationError(
             f"{parsed.scheme}:// needs the {extra!r} extra: pip install 'coord[{extra}]' ({exc})"
         ) from exc
-    backend: Backend = getattr(module, class_name).from_url(parsed, **options)
-    return Client(backend, ttl=ttl)
+    backend_class = getattr(module, class_name)
+    if not backend_class.any_event_loop:
+        _check_event_loop(backend_class)
+    backend: Backend = backend_class.from_url(parsed, **options)
+    return Client(backend, ttl=ttl, renew=renew)
 
 
-def _on_asyncio() -> bool:
+def _check_event_loop(backend: Backend | type[Backend]) -> None:
+    """Refuse an asyncio-only backend under another event loop (trio)."""
+    if backend.any_event_loop:
+        return
     try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
+        library = sniffio.current_async_library()
+    except sniffio.AsyncLibraryNotFoundError:
+        return  # not in an event loop yet: checked again when the client is opened
+    if library != "asyncio":
+        name = backend.__name__ if isinstance(backend, type) else type(backend).__name__
+        raise ConfigurationError(
+            f"{name} runs on asyncio only (its client library is asyncio-only), not on "
+            f"{library}; run it with anyio.run(..., backend='asyncio')"
+        )

@@ -1,4 +1,16 @@
-"""Hold: what the holder of a lock has — its fencing token and the loss signal."""
+"""Hold: what the holder of a lock has — its fencing token and the loss signal.
+
+A Hold exists from the registration of its waiter key: while waiting it only watches that
+key; once granted it is the lock. It is lost when
+
+* its key is deleted by someone else (a guard watch on the key sees it),
+* its session is lost (the store expired or revoked the lease, the client closed it, or
+  the lease's local deadline passed: read from the clock, so ``lost`` is true the moment
+  the deadline passes, with no checkpoint), or
+* the connection was interrupted after the grant (ZooKeeper SUSPENDED, by default).
+
+Then the body of ``async with`` is cancelled and the release raises LockLost.
+"""
 
 from __future__ import annotations
 
@@ -7,20 +19,23 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from ._exceptions import BackendError, ClosedError, EntryGoneError, SessionExpiredError
+from . import _retry
+from ._exceptions import (
+    BackendError,
+    ClosedError,
+    EntryGoneError,
+    LockLost,
+    SessionExpiredError,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from types import TracebackType
 
     from ._session import Session
-    from .abc import Entry
+    from .abc import Entry, Position
 
 __all__ = ["Hold"]
-
-# Backoff for re-reading my key when the store fails transiently (not an acquisition
-# path: the lock is held, and the session's own deadline bounds how long we may try).
-_RETRY_DELAYS = (0.1, 0.2, 0.5, 1.0)
 
 
 class Hold:
@@ -32,18 +47,25 @@ class Hold:
         it with every write to the protected resource so that it can reject a stale holder.
     """
 
-    def __init__(self, name: str, entry: Entry, *, revision: int = 0) -> None:
+    def __init__(self, name: str, session: Session, position: Position) -> None:
+        entry = position.entry
         self.name = name
         self.fence = entry.revision
+        self._session = session
         self._entry = entry
-        self._seen_at = max(revision, entry.revision)  # my key existed at this revision
-        self._lost = anyio.Event()
-        self._is_released = False
-        self._body: anyio.CancelScope | None = None
+        self._seen_at = max(position.revision, entry.revision)  # my key existed then
+        self._gone = False
+        self._granted = False
+        self._epoch = 0
+        self._frozen: bool | None = None  # lost or not, as it was at release
+        self._lost_event = anyio.Event()
+        self._scope: anyio.CancelScope | None = None  # the wait, then the body
         self._guard_scope = anyio.CancelScope()
+        self._unlisten = session.listen(self._poke)
+        session.start_soon(self._guard)
 
     def __repr__(self) -> str:
-        state = "lost" if self.lost else "released" if self._is_released else "held"
+        state = "lost" if self.lost else "released" if self.released else "held"
         return f"<coord.Hold {self.name!r} fence={self.fence} {state}>"
 
     @property
@@ -56,49 +78,116 @@ class Hold:
         return self._entry
 
     @property
+    def session(self) -> Session:
+        """The session whose lease the key is bound to."""
+        return self._session
+
+    @property
     def lost(self) -> bool:
-        """True once the lock is known lost (session lost, or the key deleted)."""
-        return self._lost.is_set()
+        """True once the lock is known lost, or must be presumed lost: the key was
+        deleted, the session is lost, or the lease's local deadline has passed (no
+        checkpoint needed: check it right before a write). After the release, whether
+        it had been lost by then. Not a checkpoint."""
+        if self._frozen is not None:
+            return self._frozen
+        return self._is_lost()
 
     @property
     def released(self) -> bool:
-        return self._is_released
+        return self._frozen is not None
 
     async def wait_lost(self) -> None:
         """Return when the lock is lost. A checkpoint; never returns if it is not lost."""
-        await self._lost.wait()
+        await self._lost_event.wait()
 
-    # -- used by the recipes --------------------------------------------------------------
+    # -- state ----------------------------------------------------------------------------
 
-    def _mark_lost(self) -> None:
-        if self._is_released:
+    def _is_lost(self) -> bool:
+        if self._gone or self._session.lost:
+            return True
+        return self._granted and self._session.lease.interruptions != self._epoch
+
+    def _why(self) -> str:
+        session = self._session
+        if self._gone:
+            return "its key was deleted by someone else"
+        if session.lost:
+            return f"the session was lost: {session.reason or 'its lease deadline passed'}"
+        return "the connection to the store was interrupted"
+
+    def _poke(self) -> None:
+        """News from the session (loss, interruption) or about the key: cancel the body
+        (or, while waiting, the wait) if the lock is lost."""
+        if self._frozen is not None:
             return
-        self._lost.set()
-        if self._body is not None:
-            self._body.cancel()
+        lost = self._is_lost()
+        if lost and self._granted:
+            self._lost_event.set()
+        if lost and self._scope is not None:
+            self._scope.cancel()
 
-    def _release(self) -> None:
-        self._is_released = True
-        self._guard_scope.cancel()
+    def _key_gone(self) -> None:
+        self._gone = True
+        self._poke()
+
+    def _grant(self) -> None:
+        """Become the holder (the caller checked that the lease is not interrupted)."""
+        self._granted = True
+        self._epoch = self._session.lease.interruptions
+
+    def _finish(self) -> bool:
+        """Stop watching; freeze and return whether the lock was lost."""
+        if self._frozen is None:
+            self._frozen = self._is_lost() if self._granted else self._gone
+            self._guard_scope.cancel()
+            self._unlisten()
+        return self._frozen
+
+    async def _end(self) -> None:
+        """Release: delete the key (guarded by its creation revision, in a task of the
+        session), or raise LockLost if the lock had been lost, on whichever path."""
+        lost = self._finish()
+        session = self._session
+        if lost:
+            session.discard_soon(self._entry)  # it may still exist (an interruption)
+            raise LockLost(f"{self.name!r} was lost while held (fence {self.fence}): {self._why()}")
+        deleted = await session.delete(self._entry)
+        if deleted is False or (deleted is None and session.lost):
+            self._frozen = True
+            self._lost_event.set()
+        if deleted is False:
+            self._gone = True
+            raise LockLost(
+                f"{self.name!r} was lost while held (fence {self.fence}): its key was gone "
+                "at the release"
+            )
+        if deleted is None and session.lost:
+            raise LockLost(
+                f"{self.name!r}: the session was lost before the release could be confirmed "
+                f"(fence {self.fence}): {session.reason}"
+            )
+
+    # -- scopes ---------------------------------------------------------------------------
 
     @contextmanager
-    def _cancelled_on_loss(self) -> Iterator[None]:
+    def _waiting(self) -> Iterator[None]:
         """A scope (used while waiting) that is cancelled if the key or session goes."""
-        scope = self._body = anyio.CancelScope()
+        scope = self._scope = anyio.CancelScope()
         try:
             with scope:
-                if self.lost:
+                if self._gone or self._session.lost:
                     scope.cancel()
                 yield
         finally:
-            self._body = None
+            self._scope = None
 
     def _enter_body(self) -> None:
         # The body of ``async with`` runs in this scope; losing the lock cancels it.
-        self._body = anyio.CancelScope()
-        self._body.__enter__()
-        if self.lost:
-            self._body.cancel()
+        self._scope = anyio.CancelScope()
+        self._scope.__enter__()
+        if self._is_lost():
+            self._lost_event.set()
+            self._scope.cancel()
 
     def _exit_body(
         self,
@@ -106,29 +195,30 @@ class Hold:
         exc_val: BaseException | None,
         exc_tb: TracebackType | None,
     ) -> bool:
-        body, self._body = self._body, None
+        body, self._scope = self._scope, None
         if body is None:
             return False
         return bool(body.__exit__(exc_type, exc_val, exc_tb))
 
-    async def _guard(self, session: Session) -> None:
-        """Watch my own key and the session until released; mark the hold lost if either
-        goes. Runs in the session's task group."""
-        backend = session.backend
+    async def _guard(self) -> None:
+        """Watch my own key until released; note it if it is deleted. Runs in the
+        session's task group (so it ends with the session)."""
+        backend = self._session.backend
         revision = self._seen_at
         attempt = 0
         with self._guard_scope:
-            try:
-                with session.guard():
-                    while True:
-                        try:
-                            await backend.wait_deleted([self._entry.key], revision=revision)
-                            revision = (await backend.position(self._entry, ahead=0)).revision
-                            attempt = 0
-                        except BackendError as exc:
-                            if isinstance(exc, EntryGoneError):
-                                raise
-                            await anyio.sleep(_RETRY_DELAYS[min(attempt, len(_RETRY_DELAYS) - 1)])
-                            attempt += 1
-            except (EntryGoneError, SessionExpiredError, ClosedError):
-                self._mark_lost()
+            while True:
+                try:
+                    await backend.wait_deleted([self._entry.key], revision=revision)
+                    revision = (await backend.position(self._entry, ahead=0)).revision
+                    attempt = 0
+                except EntryGoneError:
+                    self._key_gone()
+                    return
+                except (SessionExpiredError, ClosedError):
+                    return  # the session tells everyone
+                except BackendError:
+                    if self._session.lost:
+                        return
+                    await _retry.backoff(attempt)
+                    attempt += 1

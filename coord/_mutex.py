@@ -11,35 +11,30 @@ against :class:`coord.abc.Backend` only:
 3. *hold*: my entry's creation revision is the fencing token; a background watch on my
    own entry and the session's loss signal cancel the body of ``async with`` if the lock
    is lost, and ``LockLost`` is raised;
-4. *release*: delete my entry only if it is still mine (etcd #22082), shielded and
-   bounded by the TTL, retried in the background if it fails (CURATOR-678).
+4. *release*: delete my entry only if it is still mine (etcd #22082), in a task of the
+   session (so that no cancellation can cut it short), retried in the background if it
+   fails (CURATOR-678); a delete that finds nothing means the lock had been lost.
+
+On a client (a :class:`~coord._keeper.SessionKeeper`) a waiter whose session is lost
+held nothing: it registers again on the next session and keeps waiting.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
-import anyio
 from anyio import get_current_task
-from anyio.lowlevel import checkpoint_if_cancelled
 
 from . import _keys
-from ._exceptions import (
-    BackendUnavailable,
-    EntryGoneError,
-    LockedError,
-    LockLost,
-    NotOwnerError,
-    SessionExpiredError,
-)
+from ._exceptions import EntryGoneError, LockedError, NotOwnerError, SessionExpiredError
 from ._hold import Hold
-from .abc import Entry, Position
 
 if TYPE_CHECKING:
     from types import TracebackType
 
-    from ._session import Session
+    from ._session import Session, SessionSource
 
 __all__ = ["Mutex", "MutexStatistics"]
 
@@ -76,12 +71,13 @@ class Mutex:
         with anyio.fail_after(5):
             async with mutex: ...
 
-    :param session: the session whose lease the waiter keys are bound to
+    :param session: where the waiter keys' lease comes from: a client's sessions (which
+        renew) or one :class:`coord.Session`
     :param name: slash-separated name, e.g. ``"orders/42"``
     """
 
-    def __init__(self, session: Session, name: str) -> None:
-        self._session = session
+    def __init__(self, session: SessionSource, name: str) -> None:
+        self._source = session
         self._name = _keys.check_name(name)
         self._prefix = _keys.prefix_of(name)
         self._holds: dict[int, Hold] = {}
@@ -113,43 +109,71 @@ class Mutex:
     async def acquire(self) -> Hold:
         """Wait for the lock in FIFO order and return the :class:`Hold`.
 
-        A checkpoint. If cancelled (or if it raises), this call did not happen: the waiter
-        key is deleted (shielded, bounded by the TTL) before the exception propagates; if
-        the cancel lands while the registration request is in flight, the session task
-        that owns the request deletes the key when its reply arrives.
+        A checkpoint. Waits through store outages and session losses: a request that
+        fails is repeated while the session lives, and a waiter whose session is lost (or
+        whose key is deleted) registers again on the next session, at the end of the
+        queue. Bounded only by the caller's cancel scope.
 
-        :raises SessionExpiredError: if the session is lost while waiting, or my waiter
-            key is deleted by someone else
+        If cancelled, this call did not happen: the waiter key is deleted (by a task of
+        the session, even under a native asyncio cancellation; an anyio cancellation also
+        waits for it, bounded by the TTL) before the exception propagates; if the cancel
+        lands while the registration request is in flight, that task deletes the key when
+        its reply arrives.
+
+        :raises SessionExpiredError: if the session is lost, or my waiter key deleted by
+            someone else, and no new session follows (``renew=False``, or a bare Session)
         :raises LockedError: if this task already holds this mutex (not reentrant)
         """
         self._check_not_held()
         self._waiting += 1
         try:
-            position = await self._register()
-            hold = self._guarded(position)
-            try:
-                with hold._cancelled_on_loss():
-                    while not position.is_head:
-                        await self._session.backend.wait_deleted(
-                            [position.ahead[0].key], revision=position.revision
-                        )
-                        position = await self._session.backend.position(position.entry)
-            except EntryGoneError:
-                hold._mark_lost()
-            except BaseException:
-                hold._release()
-                await self._discard(position.entry)
-                raise
-            if hold.lost:
-                hold._release()
-                raise SessionExpiredError(
-                    f"my waiter key for {self._name!r} was deleted while waiting "
-                    "(session lost, or key deleted by another client)"
-                )
-            self._holds[get_current_task().id] = hold
-            return hold
+            while True:
+                session = await self._source.live()
+                hold = await self._queue(session)
+                if hold is not None:
+                    self._holds[get_current_task().id] = hold
+                    return hold
+                if not self._source.renews:
+                    raise SessionExpiredError(
+                        f"my waiter key for {self._name!r} was deleted while waiting "
+                        f"({session.reason or 'deleted by another client'})"
+                    )
         finally:
             self._waiting -= 1
+
+    async def _queue(self, session: Session) -> Hold | None:
+        """Register on *session* and wait for my turn; None if my key or the session went
+        meanwhile (nothing is held, nothing is left behind)."""
+        try:
+            position = await session.register(self._prefix)
+        except SessionExpiredError:
+            return None  # the session is lost: the next one, if any
+        hold = Hold(self._name, session, position)
+        backend = session.backend
+        try:
+            with hold._waiting():
+                while not (position.is_head and not session.lease.interrupted):
+                    if position.is_head:  # interrupted: grant nothing until it resumes
+                        await session.lease.wait_resumed()
+                    else:
+                        ahead = [position.ahead[0].key]
+                        wait = partial(backend.wait_deleted, ahead, revision=position.revision)
+                        await session.retry(wait)
+                    position = await session.retry(partial(backend.position, position.entry))
+        except EntryGoneError:
+            hold._key_gone()
+        except SessionExpiredError:
+            session.declare_lost("the store refused a request on the session's lease")
+        except BaseException:
+            hold._finish()
+            await session.discard(position.entry)
+            raise
+        if hold._gone or session.lost:
+            hold._finish()
+            await session.discard(position.entry)
+            return None
+        hold._grant()
+        return hold
 
     async def try_acquire(self) -> Hold:
         """Take the lock if nobody holds or waits for it, else raise at once.
@@ -157,53 +181,19 @@ class Mutex:
         A checkpoint; one round trip, or two when the lock is taken (the key is removed).
 
         :raises LockedError: if someone else holds or waits for the lock
+        :raises BackendUnavailable: if the store cannot be reached (nothing is left)
+        :raises SessionExpiredError: if the session is lost and none follows
         """
         self._check_not_held()
-        position = await self._register()
-        if not position.is_head:
-            await self._discard(position.entry)
+        session = await self._source.live()
+        position = await session.register(self._prefix, retry=False)
+        if not position.is_head or session.lease.interrupted:
+            await session.discard(position.entry)
             raise LockedError(f"mutex {self._name!r} is locked")
-        hold = self._guarded(position)
+        hold = Hold(self._name, session, position)
+        hold._grant()
         self._holds[get_current_task().id] = hold
         return hold
-
-    async def _register(self) -> Position:
-        """Register a waiter key; a cancelled call leaves no key behind.
-
-        The request runs in a task of the session, which owns its outcome: if we are
-        cancelled while it is in flight, we return at once and that task deletes the key
-        when the request completes (bounded by the TTL). Deleting right away could reach
-        the store before the request itself and leave the key behind.
-        """
-        await checkpoint_if_cancelled()  # already cancelled: register nothing at all
-        lease = self._session.check()
-        outcome = _Registration(self._prefix, _keys.new_waiter_id(), lease.id)
-        self._session.start_soon(lambda: outcome.run(self._session))
-        try:
-            await outcome.done.wait()
-        except BaseException:
-            if outcome.done.is_set() and outcome.position is not None:
-                await self._discard(outcome.position.entry)  # it arrived: ours to delete
-            else:
-                outcome.abandoned = True  # the task deletes it when the reply comes
-            raise
-        if outcome.error is not None:
-            raise outcome.error
-        if outcome.position is None:
-            raise BackendUnavailable(f"registering a waiter for {self._name!r} timed out")
-        return outcome.position
-
-    def _guarded(self, position: Position) -> Hold:
-        # One guard per waiter key, from registration to release: it watches my own key
-        # (and the session) while I wait and while I hold, so waiting needs to watch only
-        # the predecessor.
-        hold = Hold(self._name, position.entry, revision=position.revision)
-        self._session.start_soon(lambda: hold._guard(self._session))
-        return hold
-
-    async def _discard(self, entry: Entry) -> None:
-        if not self._session.lost:
-            await self._session.discard(entry)
 
     def _check_not_held(self) -> None:
         if get_current_task().id in self._holds:
@@ -216,19 +206,19 @@ class Mutex:
     async def release(self) -> None:
         """Release the lock held by the current task.
 
-        The delete is shielded and bounded by the TTL, and retried in the background if
-        it fails; cancelling this call does not undo the release.
+        The delete runs in a task of the session: cancelling this call (anyio or native
+        asyncio) does not stop it, and a failed delete is retried in the background. An
+        anyio cancellation waits for it (shielded, bounded by the TTL).
 
         :raises NotOwnerError: if the current task does not hold this mutex
-        :raises LockLost: if the lock had been lost before this release
+        :raises LockLost: if the lock had been lost before this release: the session was
+            lost, the lease's deadline passed, or the key was gone (the delete found
+            nothing)
         """
         hold = self._holds.pop(get_current_task().id, None)
         if hold is None:
             raise NotOwnerError(f"mutex {self._name!r} is not held by this task")
-        hold._release()
-        if hold.lost:  # the key is gone already (or dies with the session)
-            raise LockLost(f"mutex {self._name!r} was lost while held (fence {hold.fence})")
-        await self._discard(hold.entry)
+        await hold._end()
 
     # -- async with -----------------------------------------------------------------------
 
@@ -251,32 +241,3 @@ class Mutex:
         # otherwise the body's own exception propagates untouched.
         await self.release()
         return swallowed
-
-
-class _Registration:
-    """One registration request and its outcome, owned by a task of the session."""
-
-    def __init__(self, prefix: str, waiter_id: str, lease_id: int) -> None:
-        self.prefix = prefix
-        self.waiter_id = waiter_id
-        self.provisional = Entry(prefix + waiter_id, lease=lease_id)
-        self.position: Position | None = None
-        self.error: Exception | None = None
-        self.abandoned = False
-        self.done = anyio.Event()
-
-    async def run(self, session: Session) -> None:
-        try:
-            with anyio.move_on_after(session.ttl):
-                self.position = await session.backend.register(
-                    self.prefix, self.waiter_id, session.lease
-                )
-        except Exception as exc:
-            self.error = exc
-        finally:
-            # Set and checked with no checkpoint in between: the caller either sees the
-            # position (and deletes it itself) or has abandoned it before this point.
-            self.done.set()
-            abandoned = self.abandoned
-        if abandoned and not session.lost:
-            await session.discard(self.position.entry if self.position else self.provisional)

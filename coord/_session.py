@@ -1,34 +1,81 @@
 """Session: one lease with the store, shared by every recipe object of a client.
 
 Like etcd's ``concurrency.Session``: many tasks and many mutexes share one session, each
-acquire registering its own key. The session knows when its lease is lost and cancels
-every scope that depends on it, so that no waiter or holder carries on unaware.
+acquire registering its own key. The session knows when its lease is lost and tells every
+waiter and holder at once, so that nobody carries on unaware.
+
+Work that must happen even if its caller goes away (registering a key, deleting one) runs
+in a task of the session, which owns its outcome; the caller only waits for it. An anyio
+shield does not stop a native asyncio cancellation (``task.cancel()``,
+``asyncio.timeout``), so a cleanup awaited by the caller itself could be cut short and
+leave a key behind; a cleanup owned by the session cannot.
 """
 
 from __future__ import annotations
 
+import logging
 import math
+from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import AsyncResource, TaskGroup
+from anyio.lowlevel import checkpoint_if_cancelled
 
-from ._exceptions import BackendError, ClosedError, ConfigurationError, SessionExpiredError
+from . import _keys, _retry
+from ._exceptions import (
+    BackendError,
+    BackendUnavailable,
+    ClosedError,
+    ConfigurationError,
+    SessionExpiredError,
+)
+from .abc import Entry
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine, Iterator
+    from collections.abc import Awaitable, Callable, Coroutine, Iterator
     from types import TracebackType
 
-    from .abc import Backend, Entry, Lease
+    from .abc import Backend, Lease, Position
 
-__all__ = ["Session"]
+__all__ = ["Session", "SessionSource", "check_ttl"]
 
-# Retry delays for the "guaranteed delete" of a waiter key whose delete failed.
-_DISCARD_BACKOFF = (0.1, 0.2, 0.5, 1.0, 2.0)
+_log = logging.getLogger("coord")
 
 
-class Session(AsyncResource):
+def check_ttl(ttl: object, backend: Backend | None = None) -> float:
+    """Return *ttl* as a float if it is a valid lease TTL, else raise ConfigurationError."""
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float):
+        raise ConfigurationError(f"ttl must be a number of seconds, not {ttl!r}")
+    if not math.isfinite(ttl) or ttl <= 0:
+        raise ConfigurationError(f"ttl must be a positive number of seconds, not {ttl!r}")
+    if backend is not None and ttl > backend.max_ttl:
+        raise ConfigurationError(
+            f"ttl={ttl:g}s is longer than {type(backend).__name__} allows ({backend.max_ttl:g}s)"
+        )
+    return float(ttl)
+
+
+class SessionSource(ABC):
+    """Where recipes get their session: one :class:`Session`, or a client's chain of them.
+
+    :ivar renews: whether a lost session is followed by a new one (waiters then register
+        again instead of failing)
+    """
+
+    renews: bool = False
+
+    @abstractmethod
+    async def live(self) -> Session:
+        """A session that is not lost, waiting for the next one if need be.
+
+        :raises SessionExpiredError: if the session is lost and none will follow
+        :raises ClosedError: if closed
+        """
+
+
+class Session(SessionSource, AsyncResource):
     """A lease with the store, kept alive while the session is open.
 
     Example::
@@ -37,22 +84,30 @@ class Session(AsyncResource):
             async with Mutex(session, "jobs/lock") as hold:
                 ...
 
+    Used directly like this, a session is one lease: once it is lost, recipes on it raise
+    :exc:`coord.SessionExpiredError`. A :class:`coord.Client` opens the next one instead.
+
     :param backend: an open backend
     :param ttl: seconds the store keeps our entries after our last acknowledged keepalive.
         A holder that stalls longer than this loses its locks.
     """
 
     def __init__(self, backend: Backend, *, ttl: float = 10.0) -> None:
-        if isinstance(ttl, bool) or not isinstance(ttl, int | float):
-            raise ConfigurationError(f"ttl must be a number of seconds, not {ttl!r}")
-        if not math.isfinite(ttl) or ttl <= 0:
-            raise ConfigurationError(f"ttl must be a positive number of seconds, not {ttl!r}")
+        self._ttl = check_ttl(ttl, backend)
         self._backend = backend
-        self._ttl = float(ttl)
         self._lease: Lease | None = None
         self._tg: TaskGroup | None = None
         self._closed = False
+        self._lost: anyio.Event | None = None
         self._scopes: set[anyio.CancelScope] = set()
+        self._listeners: set[Callable[[], None]] = set()
+        #: Why the session was lost (None while it is not).
+        self.reason: str | None = None
+
+    def __repr__(self) -> str:
+        lease = f"{self._lease.id:#x}" if self._lease is not None else "-"
+        state = f"lost: {self.reason or 'lease lost'}" if self.lost else "live"
+        return f"<coord.Session lease={lease} ttl={self._ttl:g} {state}>"
 
     @property
     def backend(self) -> Backend:
@@ -63,31 +118,64 @@ class Session(AsyncResource):
         return self._ttl
 
     @property
+    def id(self) -> int:
+        """The lease id (etcd lease, ZooKeeper session id)."""
+        return self.lease.id
+
+    @property
     def lease(self) -> Lease:
         """The lease, once the session is open.
 
-        :raises ClosedError: before ``__aenter__`` or after close
+        :raises ClosedError: before ``__aenter__``
         """
-        if self._lease is None or self._closed:
+        if self._lease is None:
             raise ClosedError("the session is not open")
         return self._lease
 
     @property
     def lost(self) -> bool:
-        """True once the lease is lost (expired, revoked, or presumed so)."""
+        """True once the session is lost: its lease expired, was revoked, or its local
+        deadline passed (read from the clock: no checkpoint needed), or it was closed.
+        Never becomes False again."""
+        if self._lost is not None and self._lost.is_set():
+            return True
         return self._lease is not None and self._lease.lost
 
     async def wait_lost(self) -> None:
-        """Return when the lease is lost. A checkpoint."""
-        await self.lease.wait_lost()
+        """Return when the session is lost. A checkpoint."""
+        if self._lost is None:
+            raise ClosedError("the session is not open")
+        await self._lost.wait()
+
+    # -- SessionSource --------------------------------------------------------------------
+
+    async def live(self) -> Session:
+        self.check()
+        return self
+
+    def check(self) -> Lease:
+        """Return the lease if the session can be used, else raise.
+
+        :raises ClosedError: if the session is closed
+        :raises SessionExpiredError: if the session is lost
+        """
+        lease = self.lease
+        if self._closed:
+            raise ClosedError("the session is closed")
+        if self.lost:
+            raise SessionExpiredError(f"session {lease.id:#x} is lost ({self.reason})")
+        return lease
+
+    # -- lifecycle ------------------------------------------------------------------------
 
     async def __aenter__(self) -> Session:
         # Granted before the task group exists, so that a failure (store unreachable)
         # is raised as itself, not wrapped in an ExceptionGroup.
-        self._lease = await self._backend.grant(self._ttl)
+        self._lost = anyio.Event()
+        lease = self._lease = await self._backend.grant(self._ttl)
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
-        self._tg.start_soon(self._cancel_on_loss, self._lease)
+        self._tg.start_soon(self._follow, lease)
         return self
 
     async def __aexit__(
@@ -99,17 +187,22 @@ class Session(AsyncResource):
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Revoke the lease (deleting our entries) and stop. Bounded by the TTL.
+        """Tell every holder and waiter that the session is over, then revoke the lease
+        (deleting our entries) and stop. The revoke is bounded by the TTL.
 
-        Cancelling this call still closes the session (shielded).
+        Holders are told first: by the time another client can take a lock of ours, its
+        holder here has been cancelled and sees ``hold.lost``. Shielded: cancelling this
+        call still closes the session.
         """
-        if self._closed or self._tg is None:
-            self._closed = True
+        if self._closed:
             return
         self._closed = True
+        if self._tg is None:
+            return
+        self.declare_lost("the session was closed")
         try:
             with anyio.move_on_after(self._ttl, shield=True):
-                if self._lease is not None and not self._lease.lost:
+                if self._lease is not None:
                     try:
                         await self._lease.revoke()
                     except BackendError:
@@ -120,20 +213,47 @@ class Session(AsyncResource):
             self._tg.cancel_scope.cancel()
             await self._tg.__aexit__(None, None, None)
 
-    def check(self) -> Lease:
-        """Return the lease if the session can be used, else raise.
+    def declare_lost(self, reason: str) -> None:
+        """Mark the session lost now (e.g. the store refused a request on its lease) and
+        tell every waiter and holder. Idempotent; not a checkpoint."""
+        if self._lost is None or self._lost.is_set():
+            return
+        self.reason = reason
+        self._lost.set()
+        for scope in list(self._scopes):
+            scope.cancel()
+        self._notify()
 
-        :raises ClosedError: if the session is closed
-        :raises SessionExpiredError: if the lease is lost
-        """
-        lease = self.lease
-        if lease.lost:
-            raise SessionExpiredError(f"the session's lease {lease.id:x} is lost")
-        return lease
+    def _notify(self) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener()
+            except Exception:  # pragma: no cover - listeners only set flags
+                _log.exception("coord: a session listener failed")
+
+    async def _follow(self, lease: Lease) -> None:
+        """Pass the lease's news on: its loss, and every interruption."""
+        seen = lease.interruptions
+        while True:
+            await lease.wait_interrupted(seen)
+            if lease.lost:
+                reason = getattr(lease, "reason", None) or "the lease was lost"
+                self.declare_lost(reason)
+                return
+            seen = lease.interruptions
+            self._notify()
+
+    # -- for the recipes ------------------------------------------------------------------
+
+    def listen(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call *listener* (synchronously, on the event loop) when the session is lost
+        and at every interruption of its lease. Returns a function that stops it."""
+        self._listeners.add(listener)
+        return lambda: self._listeners.discard(listener)
 
     @contextmanager
     def guard(self) -> Iterator[anyio.CancelScope]:
-        """A scope cancelled when the lease is lost; then SessionExpiredError is raised.
+        """A scope cancelled when the session is lost; then SessionExpiredError is raised.
 
         Used around waiting, so that a waiter whose session dies is woken (etcd #19597).
         """
@@ -146,7 +266,7 @@ class Session(AsyncResource):
         finally:
             self._scopes.discard(scope)
         if scope.cancelled_caught and self.lost:
-            raise SessionExpiredError("the session was lost while waiting")
+            raise SessionExpiredError(f"the session was lost while waiting ({self.reason})")
 
     def start_soon(self, func: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """Run *func* in the session's task group (cancelled when the session closes)."""
@@ -154,34 +274,148 @@ class Session(AsyncResource):
             raise ClosedError("the session is not open")
         self._tg.start_soon(func)
 
-    async def discard(self, entry: Entry) -> None:
-        """Delete a waiter entry: shielded, bounded by the TTL, and guaranteed.
+    async def retry(self, func: Callable[[], Awaitable[Any]]) -> Any:
+        """Await ``func()``, again after each BackendUnavailable (with backoff) while the
+        session lives: a store that comes back within the TTL costs nobody anything."""
+        for attempt in _retry.attempts():
+            try:
+                return await func()
+            except BackendUnavailable:
+                if self.lost:
+                    raise
+                await _retry.backoff(attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
 
-        If the delete fails, it is retried in the background while the session lives, so
-        that a failed delete never leaves a stuck lock behind (CURATOR-678). Cancelling
-        this call does not stop the delete.
+    async def register(
+        self, prefix: str, *, value: bytes = b"", ahead: int | None = 1, retry: bool = True
+    ) -> Position:
+        """Register a new waiter entry under *prefix* on this session's lease.
+
+        A checkpoint. The request runs in a task of the session, which owns its outcome:
+        it is repeated after BackendUnavailable while the session lives (with *retry*),
+        and whenever it ends without a result for its caller (an error, or the caller
+        went away while it was in flight) that task deletes the entry it may have
+        created. So a cancelled or failed call leaves nothing behind.
+
+        :raises SessionExpiredError: if the session is or becomes lost
         """
+        await checkpoint_if_cancelled()  # already cancelled: register nothing at all
+        lease = self.check()
+        request = _Registration(prefix, _keys.new_waiter_id(), lease, value, ahead, retry)
+        self.start_soon(lambda: request.run(self))
+        try:
+            await request.done.wait()
+        except BaseException:
+            if request.done.is_set() and request.position is not None:
+                await self.discard(request.position.entry)  # it arrived: ours to delete
+            else:
+                request.abandoned = True  # the task deletes it when the reply comes
+            raise
+        if request.error is not None:
+            raise request.error
+        assert request.position is not None
+        return request.position
+
+    async def delete(self, entry: Entry) -> bool | None:
+        """Delete *entry* in a task of the session, guarded by its creation revision.
+
+        Waits for the outcome, shielded from anyio cancellation and bounded by the TTL:
+        True if deleted, False if it was not there, None if not known (the store did not
+        answer in time: the task keeps trying in the background while the session lives,
+        CURATOR-678; or the session is lost, and the entry with it). A native asyncio
+        cancellation stops the wait, not the delete.
+        """
+        if self._tg is None or self._closed or self.lost:
+            return None
+        outcome: list[bool] = []
+        done = anyio.Event()
+        self._tg.start_soon(self._delete_until_done, entry, outcome, done)
         with anyio.move_on_after(self._ttl, shield=True):
-            try:
-                await self._backend.delete(entry)
-                return
-            except BackendError:
-                pass
-        if not self._closed and not self.lost and self._tg is not None:
-            self._tg.start_soon(self._discard_in_background, entry)
+            await done.wait()
+        return outcome[0] if outcome else None
 
-    async def _discard_in_background(self, entry: Entry) -> None:
-        attempt = 0
-        while not self.lost:
-            await anyio.sleep(_DISCARD_BACKOFF[min(attempt, len(_DISCARD_BACKOFF) - 1)])
-            attempt += 1
-            try:
-                await self._backend.delete(entry)
-                return
-            except BackendError:
-                continue
+    async def discard(self, entry: Entry) -> None:
+        """Delete a waiter entry whose outcome nobody needs: :meth:`delete`, ignoring
+        the answer (a cancelled acquire did not happen: its key goes before it returns)."""
+        await self.delete(entry)
 
-    async def _cancel_on_loss(self, lease: Lease) -> None:
-        await lease.wait_lost()
-        for scope in list(self._scopes):
-            scope.cancel()
+    def discard_soon(self, entry: Entry) -> None:
+        """Delete *entry* in the background (guaranteed while the session lives)."""
+        if self._tg is not None and not self._closed and not self.lost:
+            self._tg.start_soon(self._delete_until_done, entry, [], anyio.Event())
+
+    async def _delete_until_done(
+        self, entry: Entry, outcome: list[bool], done: anyio.Event
+    ) -> None:
+        try:
+            for attempt in _retry.attempts():
+                try:
+                    outcome.append(await self._backend.delete(entry))
+                    return
+                except SessionExpiredError:
+                    self.declare_lost("the store no longer knows the session's lease")
+                    return
+                except BackendError as exc:
+                    if self.lost:
+                        return
+                    if attempt == 3:
+                        _log.warning("coord: deleting %s keeps failing: %s", entry.key, exc)
+                    await _retry.backoff(attempt)
+        finally:
+            done.set()
+
+
+class _Registration:
+    """One registration request and its outcome, owned by a task of the session."""
+
+    def __init__(
+        self,
+        prefix: str,
+        waiter_id: str,
+        lease: Lease,
+        value: bytes,
+        ahead: int | None,
+        retry: bool,
+    ) -> None:
+        self.prefix = prefix
+        self.waiter_id = waiter_id
+        self.lease = lease
+        self.value = value
+        self.ahead = ahead
+        self.retry = retry
+        self.position: Position | None = None
+        self.error: Exception | None = None
+        self.abandoned = False
+        self.done = anyio.Event()
+
+    async def run(self, session: Session) -> None:
+        try:
+            self.position = await self._attempts(session)
+        except SessionExpiredError as exc:
+            session.declare_lost("the store refused a registration on the session's lease")
+            self.error = exc
+        except Exception as exc:
+            self.error = exc
+        finally:
+            # Set and checked with no checkpoint in between: the caller either sees the
+            # position (and deletes it itself) or has abandoned it before this point.
+            self.done.set()
+            orphan = self.abandoned or self.error is not None
+        if orphan and not session.lost:
+            provisional = Entry(self.prefix + self.waiter_id, lease=self.lease.id)
+            await session.discard(self.position.entry if self.position else provisional)
+
+    async def _attempts(self, session: Session) -> Position:
+        backend = session.backend
+        for attempt in _retry.attempts():
+            try:
+                return await backend.register(
+                    self.prefix, self.waiter_id, self.lease, value=self.value, ahead=self.ahead
+                )
+            except BackendUnavailable:
+                # The same waiter id again: a request that did reach the store is found
+                # and returned, not registered twice.
+                if not self.retry or self.abandoned or session.lost:
+                    raise
+                await _retry.backoff(attempt)
+        raise AssertionError("unreachable")  # pragma: no cover

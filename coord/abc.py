@@ -13,10 +13,12 @@ store-side failure; none catches cancellation.
 from __future__ import annotations
 
 import enum
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import anyio.lowlevel
 from anyio.abc import AsyncResource
 
 from ._exceptions import EntryGoneError
@@ -110,6 +112,15 @@ class Lease(ABC):
     On etcd a lease kept alive by a keepalive stream; on ZooKeeper the connection's
     session. The backend keeps it alive in its own task group from :meth:`Backend.grant`
     until :meth:`revoke` or loss.
+
+    A lease is lost when the store says so, and also, without anybody saying so, when its
+    local :attr:`deadline` passes: the store may have expired it by then. Once lost it
+    never comes back; a new lease is needed.
+
+    Some stores can also be *interrupted* without losing the lease: on ZooKeeper a dropped
+    connection (SUSPENDED) leaves the session alive for a while, but nobody can be sure
+    that it still holds anything (Curator Tech Note 14). Every interruption voids what
+    the lease's holders hold; waiters only wait for the connection to come back.
     """
 
     @property
@@ -120,12 +131,23 @@ class Lease(ABC):
     @property
     @abstractmethod
     def ttl(self) -> float:
-        """Seconds the store keeps the lease after the last acknowledged keepalive."""
+        """Seconds the store keeps the lease after the last acknowledged keepalive (the
+        value the store granted, which may differ from the one asked for)."""
+
+    @property
+    @abstractmethod
+    def deadline(self) -> float:
+        """The local deadline, on the ``anyio.current_time()`` clock: the *send* time of
+        the last request the store answered for this lease (the grant, then each
+        acknowledged keepalive) plus :attr:`ttl`. The store cannot have expired the lease
+        before it; after it, the lease must be presumed lost."""
 
     @property
     @abstractmethod
     def lost(self) -> bool:
-        """True once the lease is known (or must be presumed) gone. Never becomes False."""
+        """True once the lease is known (or must be presumed) gone, including as soon as
+        :attr:`deadline` has passed: no checkpoint is needed for that. Never becomes
+        False again. Not a checkpoint."""
 
     @abstractmethod
     async def wait_lost(self) -> None:
@@ -133,7 +155,28 @@ class Lease(ABC):
 
     @abstractmethod
     async def revoke(self) -> None:
-        """Stop keepalive and end the lease on the store, deleting its entries."""
+        """Stop keepalive and end the lease on the store, deleting its entries. Marks the
+        lease lost, whatever the outcome."""
+
+    @property
+    def interruptions(self) -> int:
+        """How many times the connection was interrupted in a way that voids every hold
+        granted before (ZooKeeper SUSPENDED under ``suspended_is_lost``). 0 on stores
+        without the notion. Not a checkpoint."""
+        return 0
+
+    @property
+    def interrupted(self) -> bool:
+        """True while such an interruption lasts: grant nothing until it ends."""
+        return False
+
+    async def wait_interrupted(self, seen: int) -> None:
+        """Return once :attr:`interruptions` exceeds *seen*, or the lease is lost."""
+        await self.wait_lost()
+
+    async def wait_resumed(self) -> None:
+        """Return once the lease is not :attr:`interrupted` (or is lost). A checkpoint."""
+        await anyio.lowlevel.checkpoint()
 
 
 class Backend(AsyncResource):
@@ -145,10 +188,16 @@ class Backend(AsyncResource):
 
     #: True if the backend runs on any anyio event loop, False if asyncio only.
     any_event_loop: bool = True
+    #: The longest lease TTL the store accepts, in seconds (checked when a client is made).
+    max_ttl: float = math.inf
 
     @abstractmethod
     async def grant(self, ttl: float) -> Lease:
-        """Create a lease of about *ttl* seconds and keep it alive until revoked or lost."""
+        """Create a lease of about *ttl* seconds and keep it alive until revoked or lost.
+
+        The lease's deadline runs from the send time of the request that was answered,
+        never from an earlier attempt that was not.
+        """
 
     @abstractmethod
     async def register(
@@ -190,7 +239,11 @@ class Backend(AsyncResource):
         """Delete *entry* only if it is still the same entry (same creation revision).
 
         A provisional entry (revision 0, registration outcome unknown) is deleted if it
-        exists and is bound to this backend's lease. Returns whether anything was deleted.
+        exists and is bound to this backend's lease.
+
+        Returns False only when certainly nothing was deleted: the entry was not there.
+        A request repeated after a reply was lost may find the entry gone because its
+        first attempt deleted it; that answer is True.
         """
 
     @abstractmethod

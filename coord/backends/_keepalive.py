@@ -4,7 +4,16 @@ The keepalive refreshes every ``ttl / 3``. Each acknowledged refresh moves the l
 deadline to *send time* + granted TTL: measuring from the send time, not from receipt,
 means that a reply delayed in the network never makes us believe the lease lives longer
 than the store does. When the deadline passes without a refresh, or the store answers that
-the lease is gone, the lease is lost; nothing un-loses it.
+the lease is gone, the lease is lost; nothing un-loses it. ``lost`` reads the clock, so a
+process that was paused past its deadline knows it at once, before any task has run.
+
+A refresh that gets no answer within ``ttl / 3`` is abandoned (:meth:`_unanswered` lets
+the backend move to another member) and tried again soon: a hung member must not cost
+the lease while other members answer.
+
+The keepalive never raises into its task group: an unexpected error is logged and
+counts as a failed refresh, and however the keepalive ends (revoked, cancelled, crashed)
+the lease is marked lost, so that every holder hears of it.
 """
 
 from __future__ import annotations
@@ -30,7 +39,10 @@ _log = logging.getLogger("coord.lease")
 
 
 class KeptAliveLease(Lease):
-    """Base for leases refreshed by the client. Subclasses implement the two calls."""
+    """Base for leases refreshed by the client. Subclasses implement the two calls.
+
+    :param sent_at: send time (``anyio.current_time()``) of the answered grant request
+    """
 
     def __init__(self, lease_id: int, ttl: float, *, sent_at: float) -> None:
         self._id = lease_id
@@ -38,6 +50,13 @@ class KeptAliveLease(Lease):
         self._deadline = sent_at + ttl
         self._lost = anyio.Event()
         self._scope = anyio.CancelScope()
+        self._gone = False  # the store said the lease no longer exists
+        #: Why the lease was lost (None while it is not).
+        self.reason: str | None = None
+
+    def __repr__(self) -> str:
+        state = f"lost: {self.reason}" if self.lost else "live"
+        return f"<{type(self).__name__} {self._id:#x} ttl={self._ttl:g} {state}>"
 
     @property
     def id(self) -> int:
@@ -48,13 +67,17 @@ class KeptAliveLease(Lease):
         return self._ttl
 
     @property
-    def lost(self) -> bool:
-        return self._lost.is_set()
+    def deadline(self) -> float:
+        return self._deadline
 
     @property
-    def deadline(self) -> float:
-        """The local deadline (``anyio.current_time()`` clock) after which the lease is lost."""
-        return self._deadline
+    def lost(self) -> bool:
+        if self._lost.is_set():
+            return True
+        try:
+            return anyio.current_time() >= self._deadline
+        except RuntimeError:  # no event loop (a repr after the run): the last known state
+            return False
 
     async def wait_lost(self) -> None:
         await self._lost.wait()
@@ -67,15 +90,24 @@ class KeptAliveLease(Lease):
     async def _revoke(self) -> None:
         """Ask the store to end the lease."""
 
+    async def _unanswered(self) -> None:
+        """A refresh got no answer within ``ttl / 3``: e.g. give up on that member."""
+
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Keep the lease alive until it is revoked or lost. Start with ``tg.start``."""
+        """Keep the lease alive until it is revoked or lost. Start with ``tg.start``.
+
+        Never raises (but cancellation); whichever way it ends, the lease is lost.
+        """
         try:
             with self._scope:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._watchdog)
                     task_status.started()
                     await self._keepalive_loop()
+        except Exception:  # a bug: the holders must hear of it, the user's tasks must not
+            _log.exception("coord: the keepalive of lease %#x failed", self._id)
         finally:
+            self._mark_lost("keepalive stopped")
             with anyio.CancelScope(shield=True):
                 await self._stopped()
 
@@ -86,13 +118,15 @@ class KeptAliveLease(Lease):
         """Stop the keepalive, then end the lease on the store. Marks the lease lost."""
         self._scope.cancel()
         try:
-            if not self.lost:
+            if not self._gone:
                 await self._revoke()
         finally:
-            self._mark_lost()
+            self._mark_lost("revoked")
 
-    def _mark_lost(self) -> None:
-        self._lost.set()
+    def _mark_lost(self, reason: str) -> None:
+        if not self._lost.is_set():
+            self.reason = reason
+            self._lost.set()
         self._scope.cancel()
 
     async def _keepalive_loop(self) -> None:
@@ -100,26 +134,47 @@ class KeptAliveLease(Lease):
         delay = interval
         while True:
             await anyio.sleep(delay)
-            sent = anyio.current_time()
-            try:
-                with anyio.move_on_after(max(self._deadline - sent, 0)):
-                    granted = await self._refresh()
-                    if granted <= 0:
-                        self._mark_lost()
-                        return
-                    self._deadline = max(self._deadline, sent + granted)
-                    delay = interval
-                    continue
-            except BackendError:
-                pass
-            except Exception:
-                # A bug, but this task lives in the user's task group: a keepalive that
-                # cannot be sent is a failed refresh (the deadline still protects us).
-                _log.exception("lease keepalive failed")
             delay = min(interval, RETRY_DELAY)
+            sent = anyio.current_time()
+            if sent >= self._deadline:
+                self._mark_lost("no keepalive was acknowledged before the deadline")
+                return
+            granted = await self._refresh_once(min(interval, self._deadline - sent))
+            if granted is None:
+                continue
+            if granted <= 0:
+                self._gone = True
+                self._mark_lost("the store says the lease is gone")
+                return
+            if anyio.current_time() >= self._deadline:
+                # Answered, but too late: it may have been renewed after it had expired
+                # locally, and a lost lease never comes back.
+                self._mark_lost("the keepalive was acknowledged after the deadline")
+                return
+            self._deadline = max(self._deadline, sent + granted)
+            delay = interval
+
+    async def _refresh_once(self, limit: float) -> float | None:
+        """One refresh within *limit* seconds; None if it failed or got no answer in time."""
+        with anyio.move_on_after(limit) as scope:
+            try:
+                return await self._refresh()
+            except BackendError:
+                return None
+            except Exception:
+                # A bug, but this task lives in the backend's task group: a keepalive
+                # that cannot be sent is a failed refresh (the deadline still protects us).
+                _log.exception("coord: lease %#x keepalive failed", self._id)
+                return None
+        if scope.cancelled_caught:
+            try:
+                await self._unanswered()
+            except Exception:
+                _log.exception("coord: lease %#x: giving up on a member failed", self._id)
+        return None
 
     async def _watchdog(self) -> None:
         # A timer, not a poll: it sleeps exactly until the deadline, which refreshes move.
         while (remaining := self._deadline - anyio.current_time()) > 0:  # noqa: ASYNC110
             await anyio.sleep(remaining)
-        self._mark_lost()
+        self._mark_lost("the deadline passed without an acknowledged keepalive")

@@ -242,6 +242,7 @@ async def test_session_lost_while_holding(clients: list[coord.Client]) -> None:
     a, b, _, _ = clients
     body_cancelled = False
     got_it = anyio.Event()
+    first_session = a.session
 
     async def next_waiter() -> None:
         async with b.mutex("lost") as hold:
@@ -263,10 +264,108 @@ async def test_session_lost_while_holding(clients: list[coord.Client]) -> None:
             assert hold.lost
             assert body_cancelled
             await got_it.wait()
-    with anyio.fail_after(5):  # the keepalive learns it at its next refresh (ttl / 3)
-        await a.session.wait_lost()
-    with pytest.raises(coord.SessionExpiredError):
-        await a.mutex("lost").acquire()
+        await first_session.wait_lost()  # the keepalive learns it at its next refresh
+    # The client outlives its session: the next acquire runs on a new one.
+    with anyio.fail_after(10):
+        async with a.mutex("lost") as again:
+            assert again.fence > hold.fence
+            assert again.session is a.session is not first_session
+    stats = a.statistics()
+    assert (stats.sessions_opened, stats.sessions_lost) == (2, 1)
+    assert stats.session_id == a.session.id != first_session.id
+
+
+async def test_loss_then_exit_without_checkpoint_is_lock_lost(clients: list[coord.Client]) -> None:
+    """The body learns nothing (no checkpoint after the loss) and exits normally: the
+    exit must still raise LockLost, not return as if the lock had been held throughout
+    (and on ZooKeeper not a plain SessionExpiredError from the release's delete)."""
+    a, b, _, _ = clients
+    with anyio.fail_after(15):
+        with pytest.raises(coord.LockLost):
+            async with a.mutex("silent") as hold:
+                await expire_session(a)  # the store ends the session; we run on at once
+        assert hold.lost
+        async with b.mutex("silent") as next_hold:  # nothing stuck
+            assert next_hold.fence > hold.fence
+
+
+async def test_key_deleted_then_exit_without_checkpoint_is_lock_lost(
+    clients: list[coord.Client],
+) -> None:
+    a, b, _, _ = clients
+    with anyio.fail_after(10):
+        with pytest.raises(coord.LockLost, match=r"gone|deleted"):
+            async with a.mutex("silent-key") as hold:
+                await drop_key(b, hold.key)
+        assert hold.lost
+        assert not a.session.lost  # only that lock was lost
+        async with a.mutex("silent-key") as again:
+            assert again.fence > hold.fence
+
+
+async def test_closing_the_client_tells_its_holder_first(coord_url: str) -> None:
+    """A task that holds a lock through a client that is being closed (the task runs in a
+    task group outside the client's ``async with``) must be cancelled and see hold.lost
+    before the lease is revoked: by the time another client holds the lock, it knows."""
+    outcome: list[BaseException] = []
+    seen_by_next: list[bool] = []
+    holding = anyio.Event()
+
+    async def holder(client: coord.Client) -> None:
+        try:
+            async with client.mutex("close") as hold:
+                holding.set()
+                await anyio.sleep_forever()
+        except coord.LockLost as exc:
+            assert hold.lost
+            outcome.append(exc)
+
+    async with coord.connect(coord_url, ttl=5) as b:
+
+        async def next_holder() -> None:
+            async with b.mutex("close"):
+                seen_by_next.append(bool(outcome))
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                async with coord.connect(coord_url, ttl=5) as a:
+                    tg.start_soon(holder, a)
+                    await holding.wait()
+                    tg.start_soon(next_holder)
+                    await wait_for_waiters(b, "close", 2)
+                # `a` is closed here, while its task still holds the lock
+    assert len(outcome) == 1, "the holder was not told that closing its client lost the lock"
+    assert seen_by_next == [True]
+
+
+async def test_waiter_survives_session_loss_and_registers_again(
+    clients: list[coord.Client],
+) -> None:
+    """A waiter held nothing: when its session is lost it registers again on the next
+    session and keeps waiting (at the end of the queue), instead of failing."""
+    a, b, _, _ = clients
+    holder = a.mutex("renew-wait")
+    first = await holder.acquire()
+    got: list[coord.Hold] = []
+    with anyio.fail_after(15):
+        async with anyio.create_task_group() as tg:
+
+            async def waiter() -> None:
+                async with b.mutex("renew-wait") as hold:
+                    got.append(hold)
+
+            tg.start_soon(waiter)
+            await wait_for_waiters(a, "renew-wait", 2)
+            old = b.session
+            await expire_session(b)
+            await old.wait_lost()
+            # registered again, on the new session: still waiting, not granted
+            await wait_for_queue(a, "renew-wait", lambda n: n == 2)
+            assert got == []
+            assert b.session is not old
+            await holder.release()
+    assert len(got) == 1
+    assert got[0].fence > first.fence
 
 
 async def test_lock_lost_is_not_an_exception_group(clients: list[coord.Client]) -> None:
@@ -292,27 +391,77 @@ async def test_key_deleted_by_another_client_while_holding(clients: list[coord.C
 
 
 @pytest.mark.parametrize("fault", ["key deleted", "session expired"])
-async def test_waiter_whose_key_goes_is_told(clients: list[coord.Client], fault: str) -> None:
+@pytest.mark.parametrize("renew", [True, False], ids=["renew", "no-renew"])
+async def test_waiter_whose_key_goes(coord_url: str, fault: str, renew: bool) -> None:
     # etcd #19597 / #11456: a waiter whose key vanishes (its session expired, or someone
-    # deleted the key) must neither hang nor be granted the lock.
-    a, b, _, _ = clients
-    holder = a.mutex("gone")
-    await holder.acquire()
-    with anyio.fail_after(10):
-        async with anyio.create_task_group() as tg:
+    # deleted the key) must neither hang nor be granted the lock. A client that renews
+    # its sessions registers again and waits on; with renew=False the acquire fails.
+    async with (
+        coord.connect(coord_url, ttl=5) as a,
+        coord.connect(coord_url, ttl=5, renew=renew) as b,
+    ):
+        holder = a.mutex("gone")
+        await holder.acquire()
+        granted = anyio.Event()
+        with anyio.fail_after(15):
+            async with anyio.create_task_group() as tg:
 
-            async def waiter() -> None:
+                async def waiter() -> None:
+                    if renew:
+                        async with b.mutex("gone"):
+                            granted.set()
+                    else:
+                        with pytest.raises(coord.SessionExpiredError):
+                            await b.mutex("gone").acquire()
+
+                tg.start_soon(waiter)
+                await wait_for_waiters(a, "gone", 2)
+                old_key = (await waiter_keys(a, "gone"))[1]
+                if fault == "key deleted":
+                    await drop_key(a, old_key)
+                else:
+                    await expire_session(b)
+                if renew:
+                    await wait_for_queue(a, "gone", lambda n: n == 2)  # again, at the end
+                    keys = await waiter_keys(a, "gone")
+                    assert old_key not in keys
+                    assert not granted.is_set()
+                    await holder.release()
+        if not renew:
+            assert len(await waiter_keys(a, "gone")) == 1
+            await holder.release()
+            if fault == "session expired":  # the first loss is final
                 with pytest.raises(coord.SessionExpiredError):
-                    await b.mutex("gone").acquire()
+                    await b.mutex("other").acquire()
 
-            tg.start_soon(waiter)
-            await wait_for_waiters(a, "gone", 2)
-            if fault == "key deleted":
-                await drop_key(a, (await waiter_keys(a, "gone"))[1])
-            else:
-                await expire_session(b)
-    assert len(await waiter_keys(a, "gone")) == 1
-    await holder.release()
+
+async def test_renew_false_makes_the_first_loss_final(coord_url: str) -> None:
+    async with coord.connect(coord_url, ttl=5, renew=False) as client:
+        await expire_session(client)
+        with anyio.fail_after(10):
+            await client.session.wait_lost()
+        with pytest.raises(coord.SessionExpiredError, match="renew=False"):
+            await client.mutex("final").acquire()
+        sessions = [s async for s in client.sessions()]
+        assert sessions == [client.session]
+        assert client.statistics().sessions_opened == 1
+
+
+async def test_sessions_can_be_followed(clients: list[coord.Client]) -> None:
+    client = clients[0]
+    seen: list[coord.Session] = []
+    with anyio.fail_after(15):
+        async for session in client.sessions():
+            seen.append(session)
+            if len(seen) == 3:
+                break
+            await expire_session(client)
+            await session.wait_lost()
+    assert len({s.id for s in seen}) == 3
+    assert seen[0].lost
+    assert seen[1].lost
+    assert not seen[2].lost
+    assert client.statistics().sessions_lost == 2
 
 
 async def test_release_when_not_held(clients: list[coord.Client]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import trio
 
 import coord
 
@@ -14,11 +15,20 @@ def anyio_backend() -> str:
     return "trio"
 
 
-async def test_etcd_under_trio_is_a_clear_error() -> None:
-    client = coord.connect("etcd://127.0.0.1:1")
+async def test_etcd_under_trio_is_refused_at_the_call() -> None:
     with pytest.raises(coord.ConfigurationError, match="asyncio only"):
+        coord.connect("etcd://127.0.0.1:1")
+
+
+def test_etcd_made_outside_a_loop_is_refused_when_opened_under_trio() -> None:
+    client = coord.connect("etcd://127.0.0.1:1")  # no event loop yet: checked at open
+
+    async def open_it() -> None:
         async with client:
             pass
+
+    with pytest.raises(coord.ConfigurationError, match="asyncio only"):
+        trio.run(open_it)
 
 
 async def test_memory_runs_under_trio() -> None:

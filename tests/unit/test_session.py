@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import anyio
 import pytest
+import trio
 from trio.testing import MockClock
 
 import coord
 from coord.backends._keepalive import KeptAliveLease
 from coord.backends.memory import MemoryBackend, MemoryStore
+from coord.testing import wait_for_waiters
 
 pytestmark = pytest.mark.anyio
 
@@ -85,16 +87,68 @@ async def test_lease_lost_when_store_says_it_is_gone() -> None:
             await client.session.wait_lost()
 
 
-async def test_guarded_wait_is_woken_by_session_loss() -> None:
-    # etcd #19597: a waiter must not sleep on after its session died.
+@pytest.mark.parametrize("renew", [True, False])
+async def test_stalled_waiter_is_woken_by_its_session_loss(renew: bool) -> None:
+    # etcd #19597: a waiter must not sleep on after its session died. With renew=False
+    # the acquire fails; a client that renews registers again once it can, and gets the
+    # lock when the holder releases.
     store = MemoryStore()
     async with coord.Client(MemoryBackend(store), ttl=9) as a:
-        async with coord.Client(MemoryBackend(store), ttl=9) as b:
-            async with a.mutex("m"):
-                with pytest.raises(coord.SessionExpiredError), anyio.fail_after(60):
+        async with coord.Client(MemoryBackend(store), ttl=9, renew=renew) as b:
+            holder = a.mutex("m")
+            await holder.acquire()
+            async with anyio.create_task_group() as tg:
+
+                async def waiter() -> None:
+                    async with b.mutex("m"):
+                        pass
+
+                if not renew:
+                    with pytest.raises(coord.SessionExpiredError), anyio.fail_after(60):
+                        with b.backend.stall():  # type: ignore[attr-defined]
+                            await b.mutex("m").acquire()
+                else:
                     with b.backend.stall():  # type: ignore[attr-defined]
-                        await b.mutex("m").acquire()
+                        tg.start_soon(waiter)
+                        await anyio.sleep(30)  # past the TTL: b's session is lost
+                        assert b.statistics().sessions_lost >= 1
+                    with anyio.fail_after(5):  # renewed, registered again
+                        await wait_for_waiters(a, "m", 2)
+                    await holder.release()
+            if not renew:
+                assert len(store.keys()) == 1  # the holder's: the waiter left nothing
+                await holder.release()
             assert store.keys() == []
+
+
+async def test_hold_is_lost_at_the_deadline_without_a_checkpoint() -> None:
+    """A holder stalled past its lease deadline (a long blocking call, a GC pause) must
+    see hold.lost right away, before any task has run, and its exit raises LockLost."""
+    clock = trio.lowlevel.current_clock()
+    assert isinstance(clock, MockClock)
+    async with coord.Client(MemoryBackend(), ttl=6) as client:
+        with pytest.raises(coord.LockLost, match=r"deadline|lost"):
+            async with client.mutex("pause") as hold:
+                assert not hold.lost
+                clock.jump(6.5)  # the process was stopped: no task ran meanwhile
+                assert hold.lost
+                assert client.session.lost
+        assert hold.lost
+
+
+async def test_client_renews_after_a_partition_longer_than_the_ttl() -> None:
+    async with coord.Client(MemoryBackend(), ttl=6) as client:
+        first = client.session
+        with client.backend.partition():  # type: ignore[attr-defined]
+            await anyio.sleep(20)  # lost at 6 s; renewing fails meanwhile (backing off)
+            assert first.lost
+            assert client.statistics().renew_failures > 0
+        with anyio.fail_after(5):
+            async with client.mutex("after") as hold:
+                assert hold.session is client.session is not first
+        stats = client.statistics()
+        assert stats.sessions_lost == 1
+        assert stats.sessions_opened == 2
 
 
 async def test_closing_the_session_revokes_its_keys() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -10,6 +9,7 @@ import anyio
 from kazoo.protocol.states import KazooState
 
 from ..._exceptions import ClosedError, ConfigurationError, SessionExpiredError
+from ..._session import check_ttl
 from ...abc import Backend, Change, Entry, Lease, Listing, Position
 from ._bridge import Bridge
 from ._changes import ChildChanges
@@ -24,7 +24,7 @@ from ._queue import Queues
 from ._watches import WatchRegistry
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+    from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 
     from anyio.abc import TaskGroup
 
@@ -42,19 +42,27 @@ class ZooKeeperBackend(FaultHooks, Backend):
 
         coord.connect("zk://app:secret@10.0.0.1:2181,10.0.0.2:2181/myapp", ttl=10)
 
-    The lease is the ZooKeeper session: one per backend, its timeout is the ``ttl``.
-    Runs on asyncio and trio: kazoo's threads hand their results to the event loop.
+    The lease is the ZooKeeper session: one per backend, its timeout is the ``ttl``
+    (at most about 24 days: ZooKeeper counts it in 32-bit milliseconds; the server may
+    clamp it further to its ``maxSessionTimeout``). Runs on asyncio and trio: kazoo's
+    threads hand their results to the event loop.
 
     :param hosts: ``(host, port)`` pairs of the ensemble's members
     :param namespace: the root under which every key lives (``"myapp"`` -> ``/myapp``)
     :param auth: ``(user, password)`` for digest authentication, sent on every connect
     :param acl: ACL of every node created (kazoo ``ACL`` objects); default: "creator
         all" (only this user) with *auth*, "world all" without
-    :param suspended_is_lost: count a suspended connection as a lost session (Curator's
-        default policy). With False, wait for the server to say so, or for one session
-        timeout without connection (client-side timer)
+    :param suspended_is_lost: a suspended connection voids every hold at once (Curator's
+        default policy): holders are cancelled and told; the session itself lives on and
+        waiters keep their place if kazoo reconnects to it in time. With False, holds
+        survive a short drop: they end when the server says the session expired, or when
+        the lease's local deadline passes (last acknowledged request + negotiated
+        timeout)
     :param connect_timeout: how long opening a session waits for a first connection
     """
+
+    #: ZooKeeper sends the session timeout as a signed 32-bit number of milliseconds.
+    max_ttl = (2**31 - 1) / 1000
 
     def __init__(
         self,
@@ -140,8 +148,9 @@ class ZooKeeperBackend(FaultHooks, Backend):
             self._tg.start_soon(func)
 
     async def _end_session(self) -> None:
-        await self._conn.end()
-        self._watches.wake_all()  # kazoo no longer delivers anything for that session
+        lease = self._lease
+        if lease is not None:
+            await self._end_lease(lease.id)()
 
     # -- leases ---------------------------------------------------------------------------
 
@@ -149,17 +158,18 @@ class ZooKeeperBackend(FaultHooks, Backend):
         """Open a ZooKeeper session with a timeout of *ttl* seconds; it is the lease.
 
         A checkpoint. One lease per backend: a second grant while the first lives raises
-        ConfigurationError; after it is lost or revoked, a grant opens a new session.
+        ConfigurationError; after it is lost or revoked, a grant opens a new session. The
+        lease's TTL is the timeout the server negotiated, and its deadline runs from a
+        request answered on the new session (not from the first connection attempt).
 
         :raises ConfigurationError: for a bad *ttl*, or a lease that is still live
-        :raises BackendUnavailable: if no member could be reached in ``connect_timeout``
+        :raises BackendUnavailable: if every member refuses connections (at once), or
+            none could be reached in ``connect_timeout``
         """
         self._check_open()
-        if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl):
-            raise ConfigurationError(f"ttl must be a number of seconds, not {ttl!r}")
-        if ttl <= 0:
-            raise ConfigurationError(f"ttl must be > 0 seconds, not {ttl!r}")
+        ttl = check_ttl(ttl)
         assert self._grant_lock is not None
+        assert self._tg is not None
         async with self._grant_lock:
             if self._lease is not None and not self._lease.lost:
                 raise ConfigurationError(
@@ -170,15 +180,38 @@ class ZooKeeperBackend(FaultHooks, Backend):
             # A session opened lazily (by a request before any grant) becomes the lease
             # if its timeout fits; the session of an earlier lease is never reused.
             if conn.client is None or self._lease is not None or conn.timeout != ttl:
-                await conn.open(float(ttl))
+                await conn.open(ttl)
                 self._watches.wake_all()
-            lease = ZooKeeperLease(conn.session_id, float(ttl), self._end_session)
+            session_id = conn.session_id
+            sent = anyio.current_time()
+            timeout = await self._ping(session_id)
+            lease = ZooKeeperLease(
+                session_id, timeout, sent_at=sent, ping=self._ping, end=self._end_lease(session_id)
+            )
             self._lease = self._policy.lease = lease
+            await self._tg.start(lease.run)
             # A transition between the connect and now was ignored (no lease): apply it.
             state = conn.client.state if conn.client is not None else KazooState.LOST
             if state != KazooState.CONNECTED:
                 self._policy.on_state(state, conn.session_id)
         return lease
+
+    async def _ping(self, session_id: int) -> float:
+        """One request on session *session_id* (kept alive by it); the negotiated session
+        timeout, or SessionExpiredError if that session is no longer the client's."""
+        conn = self._conn
+        root = self._paths.root or "/"
+        await conn.call("keepalive", lambda c: c.exists_async(root))
+        if conn.session_id != session_id or conn.ended:
+            raise SessionExpiredError(f"ZooKeeper session {session_id:#x} is over")
+        return conn.negotiated
+
+    def _end_lease(self, session_id: int) -> Callable[[], Awaitable[None]]:
+        async def end() -> None:
+            await self._conn.end(session_id)
+            self._watches.wake_all()  # kazoo no longer delivers anything for that session
+
+        return end
 
     def _session_of(self, lease: Lease) -> int:
         if lease is not self._lease or lease.lost:

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -33,7 +34,9 @@ from ..._exceptions import (
     CoordError,
     SessionExpiredError,
 )
+from .._probe import fail_if_all_refuse
 from ._errors import ANSWERS, translate
+from ._kazoo import watch_negotiated_timeout
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -81,6 +84,7 @@ class Connection:
         self.session_id = 0
         self.password = b""
         self.timeout = 10.0
+        self._negotiated: list[float] = []
         #: The session was ended on purpose (its lease was lost or revoked).
         self.ended = False
         self.closed = False
@@ -114,23 +118,37 @@ class Connection:
             old, self.client = self.client, None
             if old is not None:
                 await self._stop(old)
+            await fail_if_all_refuse("ZooKeeper", self._endpoints())
             await self._start(session_timeout)
+
+    @property
+    def negotiated(self) -> float:
+        """The session timeout the server granted at the last handshake (seconds)."""
+        return self._negotiated[0] if self._negotiated else self.timeout
+
+    def _endpoints(self) -> list[tuple[str, int]]:
+        hosts = []
+        for item in self.hosts.split(","):
+            host, _, port = item.rpartition(":")
+            hosts.append((host.strip("[]"), int(port)))
+        return hosts
 
     async def _start(self, session_timeout: float) -> None:
         # Shielded and bounded by connect_timeout: a client started in a thread whose
         # result we stopped waiting for would keep its threads and session forever.
         with anyio.CancelScope(shield=True):
             try:
-                client, client_id = await anyio.to_thread.run_sync(
-                    self._start_client, session_timeout
-                )
+                client = await anyio.to_thread.run_sync(self._start_client, session_timeout)
             except Exception as exc:  # kazoo's start times out, or refuses its arguments
                 raise translate(exc, "connect", closed=False, ended=False) from exc
+        client, client_id, negotiated = client
         self.client, self.timeout, self.ended = client, session_timeout, False
         self.session_id, self.password = client_id
+        self._negotiated = negotiated
         log.debug("coord: ZooKeeper session %#x (timeout %gs)", self.session_id, session_timeout)
 
-    def _start_client(self, timeout: float) -> tuple[Any, tuple[int, bytes]]:  # blocks
+    def _start_client(self, timeout: float) -> tuple[Any, tuple[int, bytes], list[float]]:
+        # Blocks: runs in a worker thread.
         client = KazooClient(
             hosts=self._connect_hosts,
             timeout=timeout,
@@ -146,13 +164,14 @@ class Connection:
             self._bridge.to_loop(self._client_state, client, state, session_id)
 
         client.add_listener(listener)
+        negotiated = watch_negotiated_timeout(client)
         client.start(timeout=self._connect_timeout)
         client_id = client.client_id  # None if the connection dropped already
         if client_id is None:
             client.stop()
             client.close()
             raise kz.ConnectionLoss()
-        return client, client_id
+        return client, client_id, negotiated
 
     def _client_state(self, client: Any, state: str, session_id: int) -> None:
         # A loop callback (outside any task): wake end(), then pass the news on.
@@ -160,14 +179,18 @@ class Connection:
             self._reconnected[id(client)].set()
         self._on_state(client, state, session_id)
 
-    async def end(self) -> None:
-        """End the session: kazoo closes it on the server, so its ephemeral nodes go now.
+    async def end(self, session_id: int | None = None) -> None:
+        """End the session (only if it is *session_id*, when given: a later session must
+        never be ended by news about an earlier one): kazoo closes it on the server, so
+        its ephemeral nodes go now.
 
         If the connection is down, kazoo is given up to one session timeout to reconnect
         first (a session that outlived a short outage would otherwise keep the nodes of
         a lease nobody holds until the server times it out). Nothing is sent for the
         session meanwhile: its requests already fail. Shielded.
         """
+        if session_id is not None and session_id != self.session_id:
+            return
         self.ended = True
         client, self.client = self.client, None
         if client is None:
@@ -218,6 +241,12 @@ class Connection:
         return error
 
     async def call(self, what: str, request: Callable[[Any], Any], *, retry: bool = False) -> Any:
+        """:meth:`call_counting`, without the count."""
+        return (await self.call_counting(what, request, retry=retry))[0]
+
+    async def call_counting(
+        self, what: str, request: Callable[[Any], Any], *, retry: bool = False
+    ) -> tuple[Any, int]:
         """Run ``request(client)`` (a kazoo ``*_async`` call) and return its result.
 
         A checkpoint. Answers about the data (NoNodeError, NodeExistsError,
@@ -226,15 +255,19 @@ class Connection:
 
         :param retry: repeat the request after a connection loss (only for requests that
             are safe to repeat)
+        :returns: the result, and how many attempts it took (an answer after more than
+            one may be about the effect of an earlier attempt whose reply was lost; an
+            answer raised as an exception carries the count as ``attempts``)
         :raises BackendUnavailable: no answer within the session timeout
         """
         budget = self.timeout
         with anyio.move_on_after(budget):
-            while True:
+            for attempt in itertools.count(1):
                 client = await self.current(budget)
                 try:
-                    return await self._bridge.start(partial(request, client)).result()
-                except ANSWERS:
+                    return await self._bridge.start(partial(request, client)).result(), attempt
+                except ANSWERS as exc:
+                    exc.attempts = attempt  # type: ignore[attr-defined]
                     raise
                 except Exception as exc:
                     error = self.translate(exc, what, client)

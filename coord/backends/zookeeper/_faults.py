@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import socket
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.connection import _CONNECTION_DROP
 from kazoo.retry import KazooRetry
+
+from ._kazoo import CONNECTION_DROP, queue_request
 
 if TYPE_CHECKING:
     from ._bridge import Bridge
@@ -31,10 +32,6 @@ if TYPE_CHECKING:
     from ._queue import Queues
 
 __all__ = ["FaultHooks", "expire_session", "notifications_sent", "server_counters"]
-
-#: kazoo's own test marker: queued as a request, it makes kazoo drop the TCP connection
-#: as if the network had failed (then it reconnects, to the same session if it can).
-CONNECTION_DROP: Any = _CONNECTION_DROP
 
 _EXPIRE_WITHIN = 20.0
 
@@ -154,5 +151,5 @@ class FaultHooks:
         client = await self._conn.current(self._conn.timeout)
         suspended = self._policy.suspended
         assert suspended is not None
-        self._bridge.submit(lambda: client._call(CONNECTION_DROP, None))
+        self._bridge.submit(lambda: queue_request(client, CONNECTION_DROP, None))
         await suspended.wait()

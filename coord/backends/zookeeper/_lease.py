@@ -1,19 +1,22 @@
-"""The ZooKeeper session as a coord lease, and the policy that decides when it is lost.
+"""The ZooKeeper session as a coord lease, and the policy that applies kazoo's states.
 
-There is no keepalive to run: kazoo pings the server and reconnects by itself. What coord
-adds is Curator's connection-state policy (Tech Note 14):
+kazoo pings the server and reconnects by itself; coord adds what a lock needs:
 
-* SUSPENDED (the connection dropped; the session may or may not survive) counts as lost
-  by default (``suspended_is_lost=True``): "I cannot be sure I still hold it" is treated
-  as "I do not". Tolerating SUSPENDED is how two leaders happen (CURATOR-460).
-* With ``suspended_is_lost=False`` only LOST (the server said the session expired) counts,
-  plus a client-side timer: if the connection has not come back one session timeout after
-  it was suspended, the session is presumed expired even when no server can say so.
-* Reconnecting with a different session id means the old session expired unseen.
-
-Once lost, the session is ended (kazoo closes it if it can reach a server, otherwise it
-expires there), so that nodes nobody believes it owns do not linger, and kazoo does not
-carry on with a new session that no lease stands for.
+* **A local deadline**, as on etcd: a cheap request (``exists`` on the root) every
+  ``ttl / 3``; each one answered moves the deadline to its *send* time plus the
+  *negotiated* session timeout (the server may clamp the one asked for). The server
+  cannot expire the session before that, so a holder cut off from the ensemble learns
+  that its lock may be gone no later than the server can give it to someone else.
+* **Curator's connection-state policy** (Tech Note 14): SUSPENDED (the connection
+  dropped; the session may or may not survive) *interrupts* the lease by default
+  (``suspended_is_lost=True``): every hold is void — "I cannot be sure I hold it" is
+  treated as "I do not" (tolerating it is how two leaders happen, CURATOR-460) — but the
+  session itself lives on: waiters keep their place, and if kazoo reconnects to it within
+  the timeout nothing else is lost. With ``suspended_is_lost=False`` holds survive a short
+  drop and only the deadline (or the server) ends them.
+* LOST (the server said the session expired) or reconnecting with a different session
+  id means the lease is lost. Then the session is ended (kazoo closes it if it can reach
+  a server), so that nodes nobody believes it owns do not linger.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from kazoo.protocol.states import KazooState
 
-from ...abc import Lease
+from ..._exceptions import SessionExpiredError
+from .._keepalive import KeptAliveLease
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine
@@ -37,58 +41,72 @@ __all__ = ["SessionPolicy", "ZooKeeperLease"]
 log = logging.getLogger("coord.backends.zookeeper")
 
 
-class ZooKeeperLease(Lease):
+class ZooKeeperLease(KeptAliveLease):
     """The ZooKeeper session of a backend: its ephemeral nodes die with it.
 
-    :ivar reason: why the lease was lost (None while it is not)
+    :param ping: sends one request on the session; returns the session timeout the
+        server negotiated (seconds), or raises
+    :param end: ends the session (stops the kazoo client)
     """
 
-    def __init__(self, session_id: int, ttl: float, end: Callable[[], Awaitable[None]]) -> None:
-        self._id = session_id
-        self._ttl = ttl
+    def __init__(
+        self,
+        session_id: int,
+        ttl: float,
+        *,
+        sent_at: float,
+        ping: Callable[[int], Awaitable[float]],
+        end: Callable[[], Awaitable[None]],
+    ) -> None:
+        super().__init__(session_id, ttl, sent_at=sent_at)
+        self._ping = ping
         self._end = end
-        self._lost = anyio.Event()
-        self.reason: str | None = None
-
-    def __repr__(self) -> str:
-        state = f"lost: {self.reason}" if self.lost else "live"
-        return f"<ZooKeeperLease session={self._id:#x} ttl={self._ttl:g} {state}>"
+        self._interruptions = 0
+        self._interrupted = False
+        self._news = anyio.Event()
 
     @property
-    def id(self) -> int:
-        """The session id."""
-        return self._id
+    def interruptions(self) -> int:
+        return self._interruptions
 
     @property
-    def ttl(self) -> float:
-        """The session timeout asked for, in seconds (the server may clamp it to its
-        ``minSessionTimeout`` / ``maxSessionTimeout``)."""
-        return self._ttl
+    def interrupted(self) -> bool:
+        return self._interrupted and not self.lost
 
-    @property
-    def lost(self) -> bool:
-        return self._lost.is_set()
+    async def wait_interrupted(self, seen: int) -> None:
+        while self._interruptions <= seen and not self.lost:
+            await self._news.wait()
 
-    async def wait_lost(self) -> None:
-        """Return when the session is lost. A checkpoint."""
-        await self._lost.wait()
+    async def wait_resumed(self) -> None:
+        while self.interrupted:
+            await self._news.wait()
+        await anyio.lowlevel.checkpoint()
 
-    async def revoke(self) -> None:
-        """Close the session on the server (its ephemeral nodes go) and mark it lost.
+    def _interrupt(self) -> None:
+        self._interrupted = True
+        self._interruptions += 1
+        self._tell()
 
-        Shielded: cancelling this call does not stop the close.
-        """
-        if self.lost:
-            return
-        self._mark_lost("revoked")
+    def _resume(self) -> None:
+        self._interrupted = False
+        self._tell()
+
+    def _tell(self) -> None:
+        self._news.set()
+        self._news = anyio.Event()
+
+    def _mark_lost(self, reason: str) -> None:
+        super()._mark_lost(reason)
+        self._tell()
+
+    async def _refresh(self) -> float:
+        try:
+            return await self._ping(self.id)
+        except SessionExpiredError:
+            return 0.0
+
+    async def _revoke(self) -> None:
         await self._end()
-
-    def _mark_lost(self, reason: str) -> bool:
-        if self.lost:
-            return False
-        self.reason = reason
-        self._lost.set()
-        return True
 
 
 class SessionPolicy:
@@ -116,7 +134,6 @@ class SessionPolicy:
         self._start_soon = start_soon
         self._end_session = end_session
         self.lease: ZooKeeperLease | None = None
-        self._timer: anyio.CancelScope | None = None
         self._news: deque[tuple[Any, str, int]] = deque()
         self._wakeup: anyio.Event | None = None
         #: Set (then replaced) at every suspension of the current client's connection.
@@ -151,33 +168,24 @@ class SessionPolicy:
             return
         if state == KazooState.CONNECTED:
             if session_id == lease.id:
-                self._stop_timer()
+                if lease.interrupted:
+                    log.info("coord: ZooKeeper session %#x resumed", lease.id)
+                lease._resume()
             else:
                 self.lose(lease, "reconnected with a new session: the old one expired")
         elif state == KazooState.SUSPENDED:
-            if self.suspended_is_lost:
-                self.lose(lease, "connection suspended (suspended_is_lost=True)")
-            elif self._timer is None:
-                timer = self._timer = anyio.CancelScope()
-                self._start_soon(lambda: self._expire_after_timeout(lease, timer))
+            if self.suspended_is_lost and not lease.interrupted:
+                log.warning(
+                    "coord: ZooKeeper session %#x suspended: its holds are void "
+                    "(suspended_is_lost=True)",
+                    lease.id,
+                )
+                lease._interrupt()
         else:
-            self.lose(lease, "session expired or closed")
+            self.lose(lease, "the server expired or closed the session")
 
     def lose(self, lease: ZooKeeperLease, reason: str) -> None:
         """Mark *lease* lost and end its session."""
-        self._stop_timer()
-        if lease._mark_lost(reason):
-            log.warning("coord: ZooKeeper session %#x lost: %s", lease.id, reason)
+        if not lease._lost.is_set():
+            lease._mark_lost(reason)
             self._start_soon(self._end_session)
-
-    def _stop_timer(self) -> None:
-        timer, self._timer = self._timer, None
-        if timer is not None:
-            timer.cancel()
-
-    async def _expire_after_timeout(self, lease: ZooKeeperLease, timer: anyio.CancelScope) -> None:
-        # A timer, not a poll: it sleeps once, for the session timeout, unless the
-        # reconnection cancels it.
-        with timer:
-            await anyio.sleep(lease.ttl)
-            self.lose(lease, f"no connection for a whole session timeout ({lease.ttl:g}s)")

@@ -21,6 +21,7 @@ from kazoo import exceptions as kz
 from kazoo.protocol.serialization import Create2
 
 from ..._exceptions import BackendError, BackendUnavailable
+from ._kazoo import queue_request
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -172,7 +173,7 @@ class Nodes:
         if not hasattr(client, "_call"):  # a kazoo without the private request queue
             raise kz.UnimplementedError()
         result = client.handler.async_result()
-        client._call(_CreateContainer(path, b"", self._conn.acl, _CONTAINER_FLAG), result)
+        queue_request(client, _CreateContainer(path, b"", self._conn.acl, _CONTAINER_FLAG), result)
         return result
 
     async def prune(self, path: str) -> None:

@@ -254,13 +254,11 @@ class Queues:
             replies = [
                 self._conn.start(partial(client.get_async, path, watch=watcher)) for path in paths
             ]
-            for path, reply in zip(paths, replies, strict=True):
+            for _path, reply in zip(paths, replies, strict=True):
                 try:
                     await reply.result()
                 except kz.NoNodeError:
-                    if parse_waiter(path.rpartition("/")[2]) is not None:
-                        self._watches.forget(client, path)
-                    return
+                    return  # gone already (kazoo registers no watcher for "no node")
                 except ANSWERS as exc:
                     raise self._conn.translate(exc, "watch", client) from exc
                 except Exception as exc:
@@ -271,10 +269,13 @@ class Queues:
             await woken.wait()
 
     async def delete_path(self, path: str) -> bool:
+        """Delete *path*; False only if it certainly did not exist. "No node" after the
+        request was repeated (a reply lost with the connection) may mean that the first
+        attempt deleted it: that is True."""
         try:
             await self._conn.call("delete", lambda c: c.delete_async(path), retry=True)
-        except kz.NoNodeError:
-            return False
+        except kz.NoNodeError as exc:
+            return getattr(exc, "attempts", 1) > 1
         return True
 
     async def delete(self, entry: Entry) -> bool:

@@ -77,22 +77,3 @@ class WatchRegistry:
             return
         for wake in list(self._listeners.get((kind, path), ())):
             wake()
-
-    def forget(self, client: Any, path: str) -> None:
-        """Drop our data watcher from kazoo's table for a *path* that will never exist
-        again (a deleted waiter node: its name carries a one-time GUID).
-
-        kazoo records the watcher of a ``get`` even when the answer is "no node", and
-        then keeps it until the next disconnect: without this, a long-lived client would
-        accumulate one entry per predecessor that left before it could be watched.
-        """
-        watcher = self.data_watcher
-
-        def job() -> None:  # on the submitter thread, like every other kazoo access
-            watchers = client._data_watchers.get(path)
-            if watchers is not None:
-                watchers.discard(watcher)
-                if not watchers:
-                    client._data_watchers.pop(path, None)
-
-        self._bridge.submit(job)

@@ -85,14 +85,20 @@ async def test_unreachable_store_is_backend_unavailable() -> None:
             pass
 
 
-async def test_acquire_on_a_revoked_lease_is_session_expired(etcd_url: str) -> None:
+async def test_acquire_on_a_revoked_lease_moves_to_a_new_session(etcd_url: str) -> None:
     """The store revoked our lease and our keepalive has not noticed yet: registering a
-    key on it is refused, and that is reported as a lost session, not a store error."""
+    key on it is refused ("lease not found"). That answer is taken as the session's loss
+    at once (not a store error, not a wait for the next keepalive), and the acquire goes
+    on with a new session."""
     async with coord.connect(etcd_url, ttl=30) as client:
+        first = client.session
         await coord.testing.expire_session(client)
-        assert not client.session.lost  # the keepalive notices only at its next refresh
-        with pytest.raises(coord.SessionExpiredError):
-            await client.mutex("revoked").acquire()
+        assert not first.lost  # the keepalive notices only at its next refresh (10 s)
+        with anyio.fail_after(5):
+            async with client.mutex("revoked") as hold:
+                assert hold.session is not first
+        assert first.lost
+        assert client.statistics().sessions_lost == 1
 
 
 async def test_namespaces_isolate(etcd_server: EtcdServer) -> None:

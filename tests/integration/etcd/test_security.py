@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 import grpc
 import pytest
@@ -16,7 +18,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.etcd]
 
 async def test_tls_with_client_certificate(tls_etcd: EtcdServer, certs: dict[str, str]) -> None:
     url = f"{tls_etcd.url}/{fresh_namespace()}"
-    files = {
+    files: dict[str, Any] = {
         "ca_file": certs["ca.pem"],
         "cert_file": certs["client.pem"],
         "key_file": certs["client.key"],

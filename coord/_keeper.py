@@ -1,0 +1,270 @@
+"""SessionKeeper: the sessions of one client, one after the other.
+
+A client lives as long as its service; its sessions do not. When the current session is
+lost (lease expired or revoked, local deadline passed, store unreachable for too long),
+the keeper closes it (revoking what is left of it) and opens the next one, with a
+jittered backoff while the store cannot be reached. Recipes ask it for a live session
+(:meth:`SessionKeeper.live`) and never learn which backend they run on:
+
+* holders of the lost session are cancelled and get ``LockLost`` (the session tells
+  them the moment it is lost);
+* waiters of the lost session held nothing: they register again on the next session
+  (losing their place in the queue) and keep waiting, bounded only by their caller;
+* new calls wait for the next session.
+
+With ``renew=False`` there is no next session: calls raise SessionExpiredError.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import anyio
+from anyio.abc import AsyncResource, TaskGroup
+
+from . import _retry
+from ._exceptions import ClosedError, SessionExpiredError
+from ._session import Session, SessionSource, check_ttl
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from types import TracebackType
+
+    from anyio.abc import TaskStatus
+
+    from .abc import Backend
+
+__all__ = ["SessionKeeper", "SessionStatistics"]
+
+_log = logging.getLogger("coord")
+
+# Renewal attempts back off up to this many seconds (jittered) while the store is down.
+_RENEW_BACKOFF_CAP = 2.0
+
+
+@dataclass(frozen=True)
+class SessionStatistics:
+    """The sessions of one client so far.
+
+    :ivar session_id: id of the current session's lease, None between sessions
+    :ivar sessions_opened: sessions opened, the first one included
+    :ivar sessions_lost: sessions lost (closing the client does not count)
+    :ivar renew_failures: attempts to open a session that failed
+    :ivar renews: whether a lost session is followed by a new one
+    """
+
+    session_id: int | None
+    sessions_opened: int
+    sessions_lost: int
+    renew_failures: int
+    renews: bool
+
+
+class SessionKeeper(SessionSource, AsyncResource):
+    """Keeps a live session open on *backend* until closed.
+
+    :param backend: an open backend
+    :param ttl: the TTL of every session
+    :param renew: open a new session when the current one is lost
+    """
+
+    def __init__(self, backend: Backend, *, ttl: float = 10.0, renew: bool = True) -> None:
+        if not isinstance(renew, bool):
+            raise TypeError(f"renew must be a bool, not {renew!r}")
+        self._backend = backend
+        self._ttl = check_ttl(ttl, backend)
+        self.renews = renew
+        self._current: Session | None = None
+        self._tg: TaskGroup | None = None
+        self._changed: anyio.Event | None = None
+        self._closing = False
+        self._dead = False  # lost, and not renewing
+        self._generation = 0
+        self._opened = self._lost = self._failures = 0
+        self._finished: dict[Session, anyio.Event] = {}
+
+    @property
+    def current(self) -> Session:
+        """The current session (possibly lost, while the next one is being opened).
+
+        :raises ClosedError: before the keeper is open
+        """
+        if self._current is None:
+            raise ClosedError("the client is not open")
+        return self._current
+
+    def statistics(self) -> SessionStatistics:
+        """Counters of this client's sessions. Not a checkpoint."""
+        current = self._current
+        live = current is not None and not current.lost
+        return SessionStatistics(
+            current.id if live and current is not None else None,
+            self._opened,
+            self._lost,
+            self._failures,
+            self.renews,
+        )
+
+    async def live(self) -> Session:
+        """The current session if it is live, else wait for the next one. A checkpoint
+        only when it waits.
+
+        :raises SessionExpiredError: if the session was lost and ``renew=False``
+        :raises ClosedError: if the client is closed
+        """
+        while True:
+            if self._closing or self._changed is None:
+                raise ClosedError("the client is closed")
+            session = self._current
+            if session is not None and not session.lost:
+                return session
+            if self._dead:
+                raise SessionExpiredError(
+                    f"the session was lost ({session.reason if session else '?'}) and this "
+                    "client does not open another (renew=False)"
+                )
+            await self._changed.wait()
+
+    def changes(self) -> AsyncIterator[Session]:
+        """The current session, then each new one as it is opened; ends when the client
+        closes (or, with ``renew=False``, once the session is lost)."""
+        return _Changes(self)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def __aenter__(self) -> SessionKeeper:
+        self._changed = anyio.Event()
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        try:
+            # The first session's failure is raised as itself (tg.start re-raises it).
+            await self._tg.start(self._keep)
+        except BaseException:
+            self._closing = True
+            self._tg.cancel_scope.cancel()
+            await self._tg.__aexit__(None, None, None)
+            raise
+        self._tg.start_soon(self._renew)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the current session (holders are told first, then the lease is revoked;
+        bounded by the TTL) and stop renewing. Shielded."""
+        if self._closing or self._tg is None:
+            self._closing = True
+            return
+        self._closing = True
+        self._publish()
+        session = self._current
+        try:
+            if session is not None:
+                session.declare_lost("the client was closed")
+                finished = self._finished.get(session)
+                if finished is not None:
+                    with anyio.move_on_after(self._ttl + 1, shield=True):
+                        await finished.wait()
+        finally:
+            self._tg.cancel_scope.cancel()
+            await self._tg.__aexit__(None, None, None)
+
+    def _publish(self) -> None:
+        assert self._changed is not None
+        self._generation += 1
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def _keep(self, *, task_status: TaskStatus[Session]) -> None:
+        """Open one session, publish it, and close it once it is lost. The session's
+        task group lives in this task, from start to end. Raises only before it has
+        started (``tg.start`` hands that to the caller); never into the task group."""
+        session = Session(self._backend, ttl=self._ttl)
+        finished = anyio.Event()
+        started = False
+        try:
+            async with session:
+                self._finished[session] = finished
+                self._current = session
+                self._opened += 1
+                self._publish()
+                task_status.started(session)
+                started = True
+                await session.wait_lost()
+        except Exception:
+            if not started:
+                raise
+            _log.exception("coord: closing session %#x failed", session.id)
+        finally:
+            finished.set()
+            self._finished.pop(session, None)
+
+    async def _renew(self) -> None:
+        """Follow the current session; when it is lost, open the next one."""
+        while True:
+            session = self.current
+            await session.wait_lost()
+            if self._closing:
+                return
+            self._lost += 1
+            _log.warning(
+                "coord: session %#x lost (%s)%s",
+                session.id,
+                session.reason,
+                "; opening a new one" if self.renews else "; not renewing (renew=False)",
+            )
+            finished = self._finished.get(session)
+            if finished is not None:  # the lease is revoked (or given up) before the next
+                await finished.wait()
+            if not self.renews:
+                self._dead = True
+                self._publish()
+                return
+            await self._open_next()
+
+    async def _open_next(self) -> None:
+        assert self._tg is not None
+        for attempt in _retry.attempts():
+            try:
+                session = await self._tg.start(self._keep)
+            except Exception as exc:  # the store is unreachable, refused us, ...
+                self._failures += 1
+                log = _log.warning if attempt in (0, 10) else _log.debug
+                log("coord: opening a new session failed (attempt %d): %s", attempt + 1, exc)
+                await _retry.backoff(attempt, cap=_RENEW_BACKOFF_CAP)
+                continue
+            _log.info("coord: session %#x opened (ttl %gs)", session.id, session.lease.ttl)
+            return
+
+
+class _Changes:
+    """Iterates the sessions of a keeper (an iterator, not a generator, so that leaving
+    the ``async for`` early leaves nothing to finalize)."""
+
+    def __init__(self, keeper: SessionKeeper) -> None:
+        self._keeper = keeper
+        self._generation = -1
+
+    def __aiter__(self) -> _Changes:
+        return self
+
+    async def __anext__(self) -> Session:
+        keeper = self._keeper
+        while not keeper._closing and keeper._changed is not None:
+            changed = keeper._changed
+            if keeper._generation != self._generation and keeper._current is not None:
+                if not (keeper._dead and self._generation >= 0):
+                    self._generation = keeper._generation
+                    return keeper._current
+            if keeper._dead:
+                break
+            await changed.wait()
+        raise StopAsyncIteration
