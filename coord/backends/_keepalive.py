@@ -130,15 +130,18 @@ class KeptAliveLease(Lease):
         self._scope.cancel()
 
     async def _keepalive_loop(self) -> None:
+        # Each refresh goes out ttl / 3 after the send time of the last acknowledged one
+        # (the grant's, at first: a grant that was retried while the store was down is
+        # refreshed at once), and again every RETRY_DELAY while refreshes fail.
         interval = self._ttl / 3
-        delay = interval
+        next_send = self._deadline - self._ttl + interval
         while True:
-            await anyio.sleep(delay)
-            delay = min(interval, RETRY_DELAY)
+            await anyio.sleep(max(next_send - anyio.current_time(), 0))
             sent = anyio.current_time()
             if sent >= self._deadline:
                 self._mark_lost("no keepalive was acknowledged before the deadline")
                 return
+            next_send = sent + min(interval, RETRY_DELAY)
             granted = await self._refresh_once(min(interval, self._deadline - sent))
             if granted is None:
                 continue
@@ -152,7 +155,7 @@ class KeptAliveLease(Lease):
                 self._mark_lost("the keepalive was acknowledged after the deadline")
                 return
             self._deadline = max(self._deadline, sent + granted)
-            delay = interval
+            next_send = sent + interval
 
     async def _refresh_once(self, limit: float) -> float | None:
         """One refresh within *limit* seconds; None if it failed or got no answer in time."""

@@ -30,6 +30,7 @@ from aetcd import rpc
 from ..._exceptions import ConfigurationError, EntryGoneError
 from ..._keys import WAITER_MARK
 from ...abc import Backend, Change, Entry, Lease, Listing, Position
+from .._probe import fail_if_all_refuse
 from ._connection import Connection, TLSFiles
 from ._kv import (
     _ASCEND,
@@ -73,6 +74,8 @@ class EtcdBackend(Backend):
     """
 
     any_event_loop = False
+    #: etcd's own limit (``MaxLeaseTTL``, about 285 years).
+    max_ttl = 9_000_000_000.0
 
     def __init__(
         self,
@@ -126,6 +129,7 @@ class EtcdBackend(Backend):
             raise ConfigurationError(
                 "the etcd backend runs on asyncio only (its gRPC client is asyncio code)"
             ) from None
+        await fail_if_all_refuse("etcd", self._conn.endpoints)
         await self._conn.open()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
@@ -260,8 +264,14 @@ class EtcdBackend(Backend):
                 key=key, target=_CREATE, create_revision=entry.revision, result=_EQUAL
             )
         delete = rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key))
-        reply = await self._txn("delete", [guard], [delete])
-        return bool(reply.succeeded and reply.responses[0].response_delete_range.deleted)
+        request = rpc.TxnRequest(compare=[guard], success=[delete], failure=[])
+        answer = await self._conn.call_answer("delete", lambda c: c.kv.Txn, request)
+        reply = answer.reply
+        if reply.succeeded and reply.responses[0].response_delete_range.deleted:
+            return True
+        # Not there: certain on a first attempt; after a repeat, the attempt whose reply
+        # was lost may have deleted it.
+        return answer.attempts > 1
 
     # -- plain keys ----------------------------------------------------------------------
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
+import stat
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
 __all__ = [
+    "Answer",
     "AuthTokenExpired",
     "Connection",
     "TLSFiles",
@@ -81,6 +84,8 @@ class TLSFiles:
                 raise ConfigurationError(f"{field} must be a path (str), not {value!r}")
         if (self.cert_file is None) != (self.key_file is None):
             raise ConfigurationError("cert_file and key_file must be given together")
+        for field in ("ca_file", "cert_file", "key_file"):
+            _check_readable(field, getattr(self, field))
 
     async def credentials(self) -> grpc.ChannelCredentials:
         async def read(path: str | None) -> bytes | None:
@@ -96,6 +101,21 @@ class TLSFiles:
             private_key=await read(self.key_file),
             certificate_chain=await read(self.cert_file),
         )
+
+
+def _check_readable(field: str, path: str | None) -> None:
+    """A missing TLS file is a configuration error at the call, not a failure when the
+    client connects. One stat of a local file: done at once, even on an event loop."""
+    if path is None:
+        return
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise ConfigurationError(
+            f"cannot read TLS file {path!r} ({field}): {exc.strerror}"
+        ) from exc
+    if not stat.S_ISREG(info.st_mode):
+        raise ConfigurationError(f"TLS file {path!r} ({field}) is not a regular file")
 
 
 class AuthTokenExpired(BackendError):
@@ -180,13 +200,29 @@ def translate(exc: grpc.aio.AioRpcError, what: str) -> CoordError:
     return BackendError(message)
 
 
+@dataclass(frozen=True)
+class Answer:
+    """A reply and how it was obtained.
+
+    :ivar sent: ``anyio.current_time()`` when the attempt that was answered was sent
+    :ivar attempts: how many attempts it took (an answer after more than one may be about
+        the effect of an earlier attempt whose reply was lost)
+    """
+
+    reply: Any
+    sent: float
+    attempts: int
+
+
 class Connection:
     """Channels to the members of one etcd cluster, one in use at a time.
 
     :param endpoints: ``(host, port)`` pairs, tried in order
     :param tls: TLS files, or None for plain text
     :param username: with *password*, authenticate and send the token with every call
-    :param request_timeout: time budget of one request, retries included
+    :param request_timeout: time budget of one request, retries included; each attempt
+        gets a third of it (at least a second, or the whole budget if that is less), so
+        that a member that hangs costs one attempt, not the request
     """
 
     def __init__(
@@ -207,11 +243,15 @@ class Connection:
         self._username = username
         self._password = password
         self.request_timeout = request_timeout
+        self.attempt_timeout = max(request_timeout / 3, min(request_timeout, 1.0))
         self._credentials: grpc.ChannelCredentials | None = None
         self._index = 0
         self._channel: grpc.aio.Channel | None = None
         self._generation = 0
         self._token: str | None = None
+        self._auth_lock: anyio.Lock | None = None
+        #: Statistics: Authenticate requests sent.
+        self.logins = 0
         self._closed = False
         self.kv: Any = None
         self.lease: Any = None
@@ -220,19 +260,29 @@ class Connection:
     @property
     def endpoint(self) -> str:
         host, port = self._endpoints[self._index]
-        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        return _format(host, port)
+
+    @property
+    def endpoints(self) -> tuple[tuple[str, int], ...]:
+        return self._endpoints
 
     @property
     def generation(self) -> int:
         """Changes each time the channel is replaced (failover)."""
         return self._generation
 
+    @property
+    def token(self) -> str | None:
+        """The auth token in use (None without auth)."""
+        return self._token
+
     async def open(self) -> None:
+        self._auth_lock = anyio.Lock()
         if self._tls is not None:
             self._credentials = await self._tls.credentials()
         self._open_channel()
         if self._username is not None:
-            await self.authenticate()
+            await self.authenticate(stale=None)
 
     def _open_channel(self) -> None:
         target = self.endpoint
@@ -256,24 +306,37 @@ class Connection:
         if old is not None:
             await guarded(old.close(grace=None))
 
-    async def recover(self, exc: BaseException, generation: int) -> None:
-        """After a stream broke with *exc*: renew an expired token, or fail over."""
+    async def recover(self, exc: BaseException, generation: int, token: str | None) -> None:
+        """After a stream broke with *exc*: renew an expired token, or fail over.
+
+        :param token: the token the stream was opened with
+        :raises BackendError: if logging in again fails
+        """
         expired = isinstance(exc, AuthTokenExpired) or (
             isinstance(exc, grpc.aio.AioRpcError) and self._token_expired(exc)
         )
         if expired and self._username is not None:
-            await self.authenticate()
+            await self.authenticate(stale=token)
         else:
             await self.failover(generation)
 
-    async def authenticate(self) -> None:
-        stub = rpc.AuthStub(self._channel)
-        request = rpc.AuthenticateRequest(name=self._username, password=self._password)
-        try:
-            reply = await guarded(stub.Authenticate(request, timeout=self.request_timeout))
-        except grpc.aio.AioRpcError as exc:
-            raise translate(exc, "authenticate") from exc
-        self._token = reply.token
+    async def authenticate(self, *, stale: str | None) -> None:
+        """Log in and keep the token. One login per expired token: a caller whose token
+        *stale* has already been replaced by someone else's login returns at once, so
+        that a burst of requests failing together costs one Authenticate, not one each.
+        """
+        assert self._auth_lock is not None
+        async with self._auth_lock:
+            if stale is not None and self._token != stale:
+                return
+            stub = rpc.AuthStub(self._channel)
+            request = rpc.AuthenticateRequest(name=self._username, password=self._password)
+            self.logins += 1
+            try:
+                reply = await guarded(stub.Authenticate(request, timeout=self.attempt_timeout))
+            except grpc.aio.AioRpcError as exc:
+                raise translate(exc, "authenticate") from exc
+            self._token = reply.token
 
     def metadata(self, *, require_leader: bool = False) -> tuple[tuple[str, str], ...]:
         """Call metadata: the auth token, and ``hasleader`` for streams, so that a member
@@ -306,21 +369,35 @@ class Connection:
 
         :param method: picks the stub method from this connection, e.g.
             ``lambda c: c.kv.Txn`` (picked anew after a failover)
-        :param retry: False for requests that must not be repeated
+        :param retry: False for requests that must not be repeated (then the one
+            attempt gets the whole budget)
         """
+        return (await self.call_answer(what, method, request, retry=retry)).reply
+
+    async def call_answer(
+        self,
+        what: str,
+        method: Callable[[Any], Callable[..., Awaitable[Any]]],
+        request: Any,
+        *,
+        retry: bool = True,
+    ) -> Answer:
+        """:meth:`call`, with when the answered attempt was sent and how many it took."""
         deadline = anyio.current_time() + self.request_timeout
         for attempt in itertools.count():
             if self._closed:
                 raise ClosedError("the etcd connection is closed")
-            generation = self._generation
-            remaining = deadline - anyio.current_time()
-            call = method(self)(request, timeout=max(remaining, 0.001), metadata=self.metadata())
+            generation, token = self._generation, self._token
+            sent = anyio.current_time()
+            budget = deadline - sent
+            timeout = min(budget, self.attempt_timeout) if retry else budget
+            call = method(self)(request, timeout=max(timeout, 0.001), metadata=self.metadata())
             try:
-                return await guarded(call)
+                return Answer(await guarded(call), sent, attempt + 1)
             except (grpc.aio.AioRpcError, BackendUnavailable) as exc:
                 error = translate(exc, what) if isinstance(exc, grpc.aio.AioRpcError) else exc
                 if isinstance(exc, grpc.aio.AioRpcError) and self._token_expired(exc):
-                    await self.authenticate()
+                    await self.authenticate(stale=token)
                     continue
                 if not retry or not isinstance(error, BackendUnavailable):
                     raise error from exc
@@ -342,3 +419,7 @@ class Connection:
             and exc.code() == grpc.StatusCode.UNAUTHENTICATED
             and "invalid auth token" in (exc.details() or "")
         )
+
+
+def _format(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -19,13 +19,17 @@ __all__ = ["EtcdLease", "grant"]
 
 
 async def grant(conn: Connection, ttl: float) -> EtcdLease:
-    """Grant a lease of *ttl* seconds (rounded up; etcd may raise it to its minimum)."""
-    sent = anyio.current_time()
+    """Grant a lease of *ttl* seconds (rounded up; etcd may raise it to its minimum).
+
+    The deadline runs from the send time of the attempt that was answered: a grant
+    retried while the store was down must not start out (nearly) expired.
+    """
     request = rpc.LeaseGrantRequest(TTL=max(1, int(-(-ttl // 1))), ID=0)
-    reply = await conn.call("lease grant", lambda c: c.lease.LeaseGrant, request)
+    answer = await conn.call_answer("lease grant", lambda c: c.lease.LeaseGrant, request)
+    reply = answer.reply
     if reply.error:
         raise SessionExpiredError(f"etcd lease grant: {reply.error}")
-    return EtcdLease(conn, reply.ID, float(reply.TTL), sent_at=sent)
+    return EtcdLease(conn, reply.ID, float(reply.TTL), sent_at=answer.sent)
 
 
 class EtcdLease(KeptAliveLease):
@@ -35,9 +39,11 @@ class EtcdLease(KeptAliveLease):
         super().__init__(lease_id, ttl, sent_at=sent_at)
         self._conn = conn
         self._call: Any = None
+        self._generation = conn.generation
 
     async def _refresh(self) -> float:
-        generation = self._conn.generation
+        self._generation = generation = self._conn.generation
+        token = self._conn.token
         try:
             if self._call is None:
                 metadata = self._conn.metadata(require_leader=True)
@@ -49,7 +55,7 @@ class EtcdLease(KeptAliveLease):
             raise
         except grpc.aio.AioRpcError as exc:
             await self._drop_call()
-            await self._conn.recover(exc, generation)
+            await self._conn.recover(exc, generation, token)
             raise translate(exc, "lease keepalive") from exc
         except BaseException:
             # Cancelled mid-exchange (the local deadline passed): the stream may hold a
@@ -58,6 +64,12 @@ class EtcdLease(KeptAliveLease):
                 await self._drop_call()
             raise
         return float(reply.TTL)
+
+    async def _unanswered(self) -> None:
+        # No reply within ttl / 3: this member hangs (SIGSTOPped, partitioned without a
+        # reset). Another member may answer: move there while the lease still lives.
+        await self._drop_call()
+        await self._conn.failover(self._generation)
 
     async def _stopped(self) -> None:
         await self._drop_call()

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 __all__ = ["Watch", "WatchCompacted", "WatchStream"]
 
 _BACKOFF = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0)
+# A stream that lived this long before it broke was healthy: reconnect at once.
+_HEALTHY = 5.0
 _log = logging.getLogger("coord.etcd")
 _NOPUT = rpc.WatchCreateRequest.FilterType.Value("NOPUT")
 
@@ -115,6 +117,8 @@ class WatchStream:
         self._creating: Watch | None = None
         self._call: Any = None
         self._lock = anyio.Lock()
+        self._answered = False  # a watch was created, or events delivered
+        self._failing = False
         #: Statistics: responses with events received, and events in them.
         self.responses = 0
         self.events = 0
@@ -161,32 +165,56 @@ class WatchStream:
                     await stream_write(self._call, watch.create_request())
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Keep the stream open, reopening it after every break. Start with ``tg.start``."""
+        """Keep the stream open, reopening it after every break. Start with ``tg.start``.
+
+        Never raises (but cancellation): it lives in the backend's task group, beside the
+        keepalive, and a failure here must cost neither. Whatever breaks the stream or the
+        recovery (a login refused after a password change, a bug), it logs, backs off and
+        tries again; waiters see their watches resume.
+        """
         task_status.started()
         attempt = 0
         while True:
-            generation = self._conn.generation
-            call = self._conn.watch.Watch(metadata=self._conn.metadata(require_leader=True))
-            self._reset(call)
+            generation, token = self._conn.generation, self._conn.token
+            self._answered = False
+            opened = anyio.current_time()
             try:
-                await self._send_next()
-                while True:
-                    response = await stream_read(call)
-                    attempt = 0
-                    await self._handle(response)
+                await self._serve()
             except (grpc.aio.AioRpcError, BackendUnavailable, AuthTokenExpired) as exc:
                 error: BaseException = exc
             except Exception as exc:
-                # Anything else is a bug, but this task lives in the user's task group: let
-                # it take the stream down and reopen it, never crash the user's code.
-                _log.exception("etcd watch stream failed; reopening it")
+                # A bug: let it take the stream down and reopen it, never crash the
+                # user's code.
+                _log.exception("coord: etcd watch stream failed; reopening it")
                 error = exc
-            finally:
-                self._call = None
-                await finish(call)
-            await self._conn.recover(error, generation)
+            if self._answered or anyio.current_time() - opened > _HEALTHY:
+                attempt = 0  # the stream worked: this is a fresh break
+            try:
+                await self._conn.recover(error, generation, token)
+            except Exception as exc:  # e.g. logging in again was refused
+                attempt = max(attempt, 1)
+                if not self._failing:
+                    _log.warning("coord: etcd watch stream cannot recover yet: %s", exc)
+                self._failing = True
+            else:
+                if self._failing:
+                    _log.info("coord: etcd watch stream recovered")
+                self._failing = False
             await anyio.sleep(_BACKOFF[min(attempt, len(_BACKOFF) - 1)])
             attempt += 1
+
+    async def _serve(self) -> None:
+        """Open the stream and serve it until it breaks."""
+        call = self._conn.watch.Watch(metadata=self._conn.metadata(require_leader=True))
+        self._reset(call)
+        try:
+            await self._send_next()
+            while True:
+                response = await stream_read(call)
+                await self._handle(response)
+        finally:
+            self._call = None
+            await finish(call)
 
     def _reset(self, call: Any) -> None:
         self._call = call
@@ -203,8 +231,10 @@ class WatchStream:
                 self._by_id[watch.id] = watch
                 if response.canceled:
                     self._cancelled(watch, response)
-                elif watch.closed:
-                    await self.forget(watch)
+                else:
+                    self._answered = True
+                    if watch.closed:
+                        await self.forget(watch)
             await self._send_next()
         elif response.canceled:
             watch = self._by_id.pop(response.watch_id, None)
@@ -212,6 +242,7 @@ class WatchStream:
                 self._cancelled(watch, response)
         else:
             watch = self._by_id.get(response.watch_id)
+            self._answered = True
             self.responses += 1
             self.events += len(response.events)
             if watch is not None:

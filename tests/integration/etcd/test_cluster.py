@@ -52,3 +52,29 @@ async def test_member_dies_mid_wait(cluster: EtcdCluster) -> None:
                 await anyio.to_thread.run_sync(cluster.members[0].start)
         assert not a.session.lost
         assert not b.session.lost
+
+
+async def test_a_hung_member_costs_one_attempt_not_the_session(cluster: EtcdCluster) -> None:
+    """The member the client talks to is SIGSTOPped: it accepts nothing and answers
+    nothing, but resets no connection. Each request attempt has its own deadline, so the
+    client moves on to a member that answers, and the keepalive does too within ttl / 3:
+    requests succeed within seconds and the session survives."""
+    url = f"{cluster.url}/{fresh_namespace()}"
+    member = cluster.members[0]
+    async with coord.connect(url, ttl=6) as client:
+        session = client.session
+        async with client.mutex("hung") as first:
+            pass
+        await anyio.to_thread.run_sync(member.pause)
+        try:
+            started = anyio.current_time()
+            with anyio.fail_after(8):
+                async with client.mutex("hung") as hold:
+                    assert hold.fence > first.fence
+            took = anyio.current_time() - started
+            await anyio.sleep(7)  # longer than the TTL, still paused
+            assert not session.lost, session.reason
+            assert client.session is session
+        finally:
+            await anyio.to_thread.run_sync(member.resume)
+    assert took < 6, f"the first request after the pause took {took:.1f}s"

@@ -128,3 +128,43 @@ async def test_timeout_around_a_stalled_request_is_a_timeout(
             await anyio.to_thread.run_sync(etcd_server.resume)
         async with client.mutex("stalled"):  # and the client works again afterwards
             pass
+
+
+async def test_a_session_granted_late_is_not_born_dead(etcd_server: EtcdServer) -> None:
+    """connect() while etcd hangs (SIGSTOPped: it accepts, never answers), and it comes
+    back after longer than the TTL: the grant is retried, and the lease's deadline runs
+    from the attempt that was answered, not from the first one."""
+    url = f"{etcd_server.url}/{fresh_namespace()}"
+    await anyio.to_thread.run_sync(etcd_server.pause)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_resume_after, etcd_server, 4.0)
+            with anyio.fail_after(20):
+                async with coord.connect(url, ttl=3, request_timeout=10) as client:
+                    assert not client.session.lost, client.session.reason
+                    lease = client.session.lease
+                    assert lease.deadline - anyio.current_time() > 1.0
+                    await anyio.sleep(3.5)  # kept alive from there on
+                    assert not client.session.lost
+                    async with client.mutex("born") as hold:
+                        assert hold.session is client.session
+                    assert client.statistics().sessions_lost == 0
+    finally:
+        await anyio.to_thread.run_sync(etcd_server.resume)
+
+
+async def _resume_after(server: EtcdServer, delay: float) -> None:
+    await anyio.sleep(delay)
+    await anyio.to_thread.run_sync(server.resume)
+
+
+async def test_refused_everywhere_fails_fast_naming_every_endpoint() -> None:
+    ports = [free_port(), free_port()]
+    url = "etcd://" + ",".join(f"127.0.0.1:{p}" for p in ports)
+    started = anyio.current_time()
+    with pytest.raises(coord.BackendUnavailable) as info:
+        async with coord.connect(url, ttl=5):
+            pass
+    assert anyio.current_time() - started < 2
+    for port in ports:
+        assert f"127.0.0.1:{port}" in str(info.value)

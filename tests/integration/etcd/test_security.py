@@ -55,10 +55,11 @@ def test_tls_options_are_checked_at_the_call() -> None:
         coord.connect("etcd://127.0.0.1:2379", request_timeout=0)
 
 
-async def test_missing_tls_file_is_a_configuration_error() -> None:
+async def test_missing_tls_file_is_refused_at_the_call() -> None:
     with pytest.raises(coord.ConfigurationError, match="cannot read TLS file"):
-        async with coord.connect("etcd://127.0.0.1:2379", ca_file="/nonexistent/ca.pem"):
-            pass
+        coord.connect("etcd://127.0.0.1:2379", ca_file="/nonexistent/ca.pem")
+    with pytest.raises(coord.ConfigurationError, match="not a regular file"):
+        coord.connect("etcd://127.0.0.1:2379", ca_file="/")
 
 
 async def _enable_auth(server: EtcdServer, password: str) -> None:
@@ -127,3 +128,77 @@ async def test_streams_reauthenticate_after_restart(auth_etcd: EtcdServer, auth_
                 await got.wait()
         assert not a.session.lost
         assert not b.session.lost
+
+
+async def _logins(server: EtcdServer) -> float:
+    return await anyio.to_thread.run_sync(
+        lambda: server.metric("grpc_server_handled_total", grpc_method="Authenticate")
+    )
+
+
+async def test_one_login_per_expired_token(auth_etcd: EtcdServer, auth_url: str) -> None:
+    """Fifty requests that fail together on an expired token log in once, not fifty
+    times (each login costs a bcrypt hash on the server: 50 took 3.5 s)."""
+    async with coord.connect(auth_url, ttl=30) as client:
+        await anyio.sleep(3)  # the token expires after 2 s without use
+        before = await _logins(auth_etcd)
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                for i in range(50):
+                    tg.start_soon(client.backend.get, f"k{i}")
+        logins = await _logins(auth_etcd) - before
+    assert 1 <= logins <= 2, f"{logins:g} logins for one expired token"
+
+
+async def _change_password(server: EtcdServer, old: str, new: str) -> None:
+    async with grpc.aio.insecure_channel(server.endpoint) as channel:
+        auth = rpc.AuthStub(channel)
+        token = (await auth.Authenticate(rpc.AuthenticateRequest(name="root", password=old))).token
+        request = rpc.AuthUserChangePasswordRequest(name="root", password=new)
+        await auth.UserChangePassword(request, metadata=(("token", token),))
+
+
+async def test_a_refused_login_kills_no_background_task(
+    auth_etcd: EtcdServer, auth_url: str
+) -> None:
+    """The password is changed under a running client and the server restarted: every
+    stream must log in again, and cannot. A background task that died of it took the
+    keepalive (and the client's task group) down without telling anyone. Instead: the
+    watch stream keeps trying; the keepalive, which etcd 3.4 serves without a login,
+    keeps the lease, so the holder still holds and nobody else gets the lock; and once
+    the password is back, everything works again (the watch stream included)."""
+    new_url = auth_url.replace("s3cr%25t", "rotated")
+    restored = False
+    async with coord.connect(auth_url, ttl=3) as client:
+        try:
+            with anyio.fail_after(20):
+                async with client.mutex("rotated") as hold:
+                    await _change_password(auth_etcd, "s3cr%t", "rotated")
+                    await anyio.to_thread.run_sync(auth_etcd.restart)
+                    await anyio.sleep(4.5)  # longer than the TTL, logins refused meanwhile
+                    assert not hold.lost, client.session.reason
+                    async with coord.connect(new_url, ttl=3) as other:
+                        with pytest.raises(coord.LockedError):
+                            await other.mutex("rotated").try_acquire()
+                    await _change_password(auth_etcd, "rotated", "s3cr%t")
+                    restored = True
+        finally:
+            if not restored:
+                await _change_password(auth_etcd, "rotated", "s3cr%t")
+        # The watch stream has logged in again: a waiter is woken by a release.
+        async with coord.connect(auth_url, ttl=3) as other:
+            holder = other.mutex("after")
+            await holder.acquire()
+            got = anyio.Event()
+            with anyio.fail_after(10):
+                async with anyio.create_task_group() as tg:
+
+                    async def waiter() -> None:
+                        async with client.mutex("after"):
+                            got.set()
+
+                    tg.start_soon(waiter)
+                    await wait_for_waiters(other, "after", 2)
+                    await holder.release()
+                    await got.wait()
+        assert client.statistics().sessions_lost == 0
