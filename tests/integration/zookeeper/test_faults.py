@@ -228,3 +228,36 @@ async def _waiter(url: str, number: int, order: list[int], state: dict[str, int]
             await anyio.lowlevel.checkpoint()
             order.append(number)
             state["inside"] -= 1
+
+
+async def test_server_restart_voids_holds_but_no_session_is_lost(
+    zookeeper_server: ZooKeeperServer, zookeeper_url: str
+) -> None:
+    """Under the default policy a restart (SUSPENDED) voids every hold at once, but it no
+    longer kills the clients: their sessions resume, waiters keep their place, and the
+    lock goes on being handed out, in order, by the same clients."""
+    order: list[str] = []
+    async with (
+        coord.connect(zookeeper_url, ttl=10) as a,
+        coord.connect(zookeeper_url, ttl=10) as b,
+    ):
+        sessions = (a.session, b.session)
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+
+                async def waiter() -> None:
+                    async with b.mutex("restart-default"):
+                        order.append("b")
+
+                with pytest.raises(coord.LockLost):
+                    async with a.mutex("restart-default"):
+                        tg.start_soon(waiter)
+                        await wait_for_waiters(a, "restart-default", 2)
+                        await anyio.to_thread.run_sync(zookeeper_server.restart)
+                        await anyio.sleep_forever()
+            async with a.mutex("restart-default"):
+                order.append("a")
+        assert order == ["b", "a"]
+        assert (a.session, b.session) == sessions
+        assert not any(s.lost for s in sessions)
+        assert a.statistics().sessions_lost == b.statistics().sessions_lost == 0
