@@ -10,7 +10,8 @@ Fault hooks, like kazoo's test harness:
 * :meth:`MemoryStore.drop_key` — someone else deletes a key;
 * :meth:`MemoryBackend.stall` — the client stops sending keepalives (a paused process):
   the store expires the lease at its TTL, the client's watchdog notices at its deadline;
-* :meth:`MemoryBackend.partition` — requests fail with BackendUnavailable.
+* :meth:`MemoryBackend.partition` — requests fail with BackendUnavailable;
+* :meth:`MemoryBackend.hang` — requests get no answer until the block ends.
 
 Every request applies its change and *then* checkpoints, so a cancelled request may well
 have happened on the store, exactly like a request whose reply was lost in the network.
@@ -53,7 +54,7 @@ class _MemoryLease(KeptAliveLease):
         return await self._backend._refresh(self.id)
 
     async def _revoke(self) -> None:
-        self._backend._check()
+        await self._backend._enter()
         self._backend.store.expire_lease(self.id)
         await checkpoint()
 
@@ -70,6 +71,7 @@ class MemoryBackend(Backend):
         self._granted: list[int] = []
         self._stalled = False
         self._partitioned = False
+        self._hung: anyio.Event | None = None
 
     @classmethod
     def from_url(cls, url: ParsedURL, **options: object) -> MemoryBackend:
@@ -119,6 +121,17 @@ class MemoryBackend(Backend):
             self._stalled = False
 
     @contextmanager
+    def hang(self) -> Iterator[None]:
+        """Within this block requests (keepalives included) get no answer: they wait, and
+        are served when the block ends (like a SIGSTOPped store, then SIGCONT)."""
+        hung = self._hung = anyio.Event()
+        try:
+            yield
+        finally:
+            self._hung = None
+            hung.set()
+
+    @contextmanager
     def partition(self) -> Iterator[None]:
         """Within this block every request fails with BackendUnavailable."""
         self._partitioned = True
@@ -135,8 +148,15 @@ class MemoryBackend(Backend):
         if self._partitioned:
             raise BackendUnavailable("memory store unreachable (partition hook)")
 
-    async def grant(self, ttl: float) -> Lease:
+    async def _enter(self) -> None:
+        """The start of every request: refused while partitioned, held while hung."""
         self._check()
+        while self._hung is not None:
+            await self._hung.wait()
+            self._check()
+
+    async def grant(self, ttl: float) -> Lease:
+        await self._enter()
         assert self._tg is not None
         now = anyio.current_time()
         lease_id = next(self.store._lease_ids)
@@ -148,7 +168,7 @@ class MemoryBackend(Backend):
         return lease
 
     async def _refresh(self, lease_id: int) -> float:
-        self._check()
+        await self._enter()
         if self._stalled:
             await anyio.sleep_forever()
         record = self.store._leases.get(lease_id)
@@ -180,7 +200,7 @@ class MemoryBackend(Backend):
         value: bytes = b"",
         ahead: int | None = 1,
     ) -> Position:
-        self._check()
+        await self._enter()
         key = prefix + waiter_id
         entry = self.store._kv.get(key)
         if entry is None:
@@ -190,7 +210,7 @@ class MemoryBackend(Backend):
         return position
 
     async def position(self, entry: Entry, *, ahead: int | None = 1) -> Position:
-        self._check()
+        await self._enter()
         current = self.store._kv.get(entry.key)
         if current is None or current.revision != entry.revision:
             raise EntryGoneError(f"{entry.key} no longer exists")
@@ -200,7 +220,7 @@ class MemoryBackend(Backend):
         return position
 
     async def wait_deleted(self, keys: Sequence[str], *, revision: int) -> None:
-        self._check()
+        await self._enter()
         if any(key not in self.store._kv for key in keys):
             await checkpoint()
             return
@@ -216,7 +236,7 @@ class MemoryBackend(Backend):
                     waiters.remove(event)
 
     async def delete(self, entry: Entry) -> bool:
-        self._check()
+        await self._enter()
         current = self.store._kv.get(entry.key)
         same = current is not None and (
             current.revision == entry.revision
@@ -230,13 +250,13 @@ class MemoryBackend(Backend):
     # -- plain keys -----------------------------------------------------------------------
 
     async def get(self, key: str) -> Entry | None:
-        self._check()
+        await self._enter()
         entry = self.store._kv.get(key)
         await checkpoint()
         return entry
 
     async def put(self, key: str, value: bytes, *, lease: Lease | None = None) -> Entry:
-        self._check()
+        await self._enter()
         entry = self.store._put(key, value, lease.id if lease else 0)
         await checkpoint()
         return entry
@@ -244,7 +264,7 @@ class MemoryBackend(Backend):
     async def compare_and_set(
         self, key: str, value: bytes, *, version: int | None, lease: Lease | None = None
     ) -> Entry | None:
-        self._check()
+        await self._enter()
         current = self.store._kv.get(key)
         ok = (
             current is None
@@ -256,7 +276,7 @@ class MemoryBackend(Backend):
         return entry
 
     async def entries(self, prefix: str, *, limit: int | None = None) -> Listing:
-        self._check()
+        await self._enter()
         queue = self.store._queue(prefix)
         listing = Listing(tuple(queue[:limit] if limit is not None else queue), self.store.revision)
         await checkpoint()
@@ -264,7 +284,7 @@ class MemoryBackend(Backend):
 
     @asynccontextmanager
     async def watch(self, prefix: str, *, revision: int) -> AsyncIterator[AsyncIterator[Change]]:
-        self._check()
+        await self._enter()
         send, receive = anyio.create_memory_object_stream[Change](20_000)
         for change in self.store._history:
             if change.revision > revision and change.entry.key.startswith(prefix):

@@ -1,0 +1,63 @@
+"""Native asyncio cancellation of cleanups, against a store that hangs (memory's hang()
+hook: requests get no answer until it ends, like a SIGSTOPped server).
+
+An anyio shield does not stop ``task.cancel()`` / ``asyncio.timeout``: a cleanup awaited
+by its caller would be cut short, and since its request never failed, nothing would
+retry it: the key would stay, bound to a live lease, and block everyone. The cleanup
+runs in a task of the session instead, which carries on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import anyio
+import pytest
+
+import coord
+from coord.backends.memory import MemoryBackend, MemoryStore
+from coord.testing import wait_for_no_waiters, wait_for_waiters
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def test_release_cut_short_by_asyncio_timeout_still_deletes() -> None:
+    store = MemoryStore()
+    backend = MemoryBackend(store)
+    async with coord.Client(backend, ttl=5) as a, coord.Client(MemoryBackend(store), ttl=5) as b:
+        mutex = a.mutex("hung-release")
+        await mutex.acquire()
+        with backend.hang():
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.2):
+                    await mutex.release()
+            await anyio.sleep(0.5)
+        with anyio.fail_after(5):  # served once the store answers again
+            await wait_for_no_waiters(b, "hung-release")
+            async with b.mutex("hung-release"):
+                pass
+
+
+async def test_cancelled_waiter_whose_cleanup_hangs_leaves_no_key() -> None:
+    store = MemoryStore()
+    backend = MemoryBackend(store)
+    async with coord.Client(MemoryBackend(store), ttl=5) as a, coord.Client(backend, ttl=5) as b:
+        holder = a.mutex("hung-wait")
+        await holder.acquire()
+        waiter = asyncio.create_task(b.mutex("hung-wait").acquire())
+        with anyio.fail_after(5):
+            await wait_for_waiters(a, "hung-wait", 2)
+        with backend.hang():
+            waiter.cancel()  # its cleanup (delete) hangs ...
+            await asyncio.sleep(0.1)
+            waiter.cancel()  # ... and is cancelled again, natively
+            with pytest.raises(asyncio.CancelledError):
+                await waiter
+        await holder.release()
+        with anyio.fail_after(5):
+            await wait_for_no_waiters(a, "hung-wait")
