@@ -149,7 +149,7 @@ class Hold:
         lost = self._finish()
         session = self._session
         if lost:
-            session.discard_soon(self._entry)  # it may still exist (an interruption)
+            session.discard(self._entry)  # it may still exist (an interruption)
             raise LockLost(f"{self.name!r} was lost while held (fence {self.fence}): {self._why()}")
         deleted = await session.delete(self._entry)
         if deleted is False or (deleted is None and session.lost):

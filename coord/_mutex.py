@@ -114,11 +114,11 @@ class Mutex:
         whose key is deleted) registers again on the next session, at the end of the
         queue. Bounded only by the caller's cancel scope.
 
-        If cancelled, this call did not happen: the waiter key is deleted (by a task of
-        the session, even under a native asyncio cancellation; an anyio cancellation also
-        waits for it, bounded by the TTL) before the exception propagates; if the cancel
-        lands while the registration request is in flight, that task deletes the key when
-        its reply arrives.
+        If cancelled, this call did not happen: nothing is held, and the waiter key is
+        deleted by a task of the session at once (retried while the session lives, under
+        anyio and native asyncio cancellation alike), without making the cancellation
+        wait for the store; if the cancel lands while the registration request is in
+        flight, that task deletes the key when its reply arrives.
 
         :raises SessionExpiredError: if the session is lost, or my waiter key deleted by
             someone else, and no new session follows (``renew=False``, or a bare Session)
@@ -146,8 +146,8 @@ class Mutex:
         meanwhile (nothing is held, nothing is left behind)."""
         try:
             position = await session.register(self._prefix)
-        except SessionExpiredError:
-            return None  # the session is lost: the next one, if any
+        except (SessionExpiredError, EntryGoneError):
+            return None  # the session is lost (the next one, if any), or the key went
         hold = Hold(self._name, session, position)
         backend = session.backend
         try:
@@ -166,11 +166,11 @@ class Mutex:
             session.declare_lost("the store refused a request on the session's lease")
         except BaseException:
             hold._finish()
-            await session.discard(position.entry)
+            session.discard(position.entry)
             raise
         if hold._gone or session.lost:
             hold._finish()
-            await session.discard(position.entry)
+            session.discard(position.entry)
             return None
         hold._grant()
         return hold
@@ -188,7 +188,7 @@ class Mutex:
         session = await self._source.live()
         position = await session.register(self._prefix, retry=False)
         if not position.is_head or session.lease.interrupted:
-            await session.discard(position.entry)
+            await session.delete(position.entry)  # gone when this raises
             raise LockedError(f"mutex {self._name!r} is locked")
         hold = Hold(self._name, session, position)
         hold._grant()

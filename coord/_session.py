@@ -29,6 +29,7 @@ from ._exceptions import (
     BackendUnavailable,
     ClosedError,
     ConfigurationError,
+    EntryGoneError,
     SessionExpiredError,
 )
 from .abc import Entry
@@ -42,6 +43,14 @@ if TYPE_CHECKING:
 __all__ = ["Session", "SessionSource", "check_ttl"]
 
 _log = logging.getLogger("coord")
+
+# Registrations and deletes one session has in flight at a time. A burst of thousands
+# of acquires (or of cancellations) would otherwise send thousands of requests at once:
+# on ZooKeeper each registration reads the whole queue on the session's single
+# connection, on etcd each is a gRPC call on the event loop; either way the lease's own
+# keepalive then waits behind them long enough to lose the session. A few dozen at a time
+# keep the line short and the store just as busy.
+_IN_FLIGHT = 32
 
 
 def check_ttl(ttl: object, backend: Backend | None = None) -> float:
@@ -101,6 +110,7 @@ class Session(SessionSource, AsyncResource):
         self._lost: anyio.Event | None = None
         self._scopes: set[anyio.CancelScope] = set()
         self._listeners: set[Callable[[], None]] = set()
+        self._in_flight: anyio.Semaphore | None = None
         #: Why the session was lost (None while it is not).
         self.reason: str | None = None
 
@@ -172,6 +182,7 @@ class Session(SessionSource, AsyncResource):
         # Granted before the task group exists, so that a failure (store unreachable)
         # is raised as itself, not wrapped in an ExceptionGroup.
         self._lost = anyio.Event()
+        self._in_flight = anyio.Semaphore(_IN_FLIGHT)
         lease = self._lease = await self._backend.grant(self._ttl)
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
@@ -280,9 +291,9 @@ class Session(SessionSource, AsyncResource):
         for attempt in _retry.attempts():
             try:
                 return await func()
-            except BackendUnavailable:
+            except BackendUnavailable as exc:
                 if self.lost:
-                    raise
+                    raise SessionExpiredError(f"the session was lost ({self.reason})") from exc
                 await _retry.backoff(attempt)
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -298,6 +309,8 @@ class Session(SessionSource, AsyncResource):
         created. So a cancelled or failed call leaves nothing behind.
 
         :raises SessionExpiredError: if the session is or becomes lost
+        :raises EntryGoneError: if the entry vanished before the answer (deleted by
+            someone else): nothing is left; register again
         """
         await checkpoint_if_cancelled()  # already cancelled: register nothing at all
         lease = self.check()
@@ -307,7 +320,7 @@ class Session(SessionSource, AsyncResource):
             await request.done.wait()
         except BaseException:
             if request.done.is_set() and request.position is not None:
-                await self.discard(request.position.entry)  # it arrived: ours to delete
+                self.discard(request.position.entry)  # it arrived: ours to delete
             else:
                 request.abandoned = True  # the task deletes it when the reply comes
             raise
@@ -334,23 +347,24 @@ class Session(SessionSource, AsyncResource):
             await done.wait()
         return outcome[0] if outcome else None
 
-    async def discard(self, entry: Entry) -> None:
-        """Delete a waiter entry whose outcome nobody needs: :meth:`delete`, ignoring
-        the answer (a cancelled acquire did not happen: its key goes before it returns)."""
-        await self.delete(entry)
-
-    def discard_soon(self, entry: Entry) -> None:
-        """Delete *entry* in the background (guaranteed while the session lives)."""
+    def discard(self, entry: Entry) -> None:
+        """Delete a waiter entry that nobody holds, in a task of the session, at once and
+        guaranteed (retried while the session lives). Not a checkpoint: a cancelled
+        acquire returns without waiting for the store (a timeout stays a timeout even
+        when the store is unreachable), and a thousand of them do not wait in shielded
+        scopes (which anyio would keep re-cancelling, starving the event loop)."""
         if self._tg is not None and not self._closed and not self.lost:
             self._tg.start_soon(self._delete_until_done, entry, [], anyio.Event())
 
     async def _delete_until_done(
         self, entry: Entry, outcome: list[bool], done: anyio.Event
     ) -> None:
+        assert self._in_flight is not None
         try:
             for attempt in _retry.attempts():
                 try:
-                    outcome.append(await self._backend.delete(entry))
+                    async with self._in_flight:
+                        outcome.append(await self._backend.delete(entry))
                     return
                 except SessionExpiredError:
                     self.declare_lost("the store no longer knows the session's lease")
@@ -394,6 +408,10 @@ class _Registration:
         except SessionExpiredError as exc:
             session.declare_lost("the store refused a registration on the session's lease")
             self.error = exc
+        except EntryGoneError as gone:
+            # Its lease expired under it, or someone deleted it.
+            lost = SessionExpiredError(f"the session was lost ({session.reason})")
+            self.error = lost if session.lost else gone
         except Exception as exc:
             self.error = exc
         finally:
@@ -403,19 +421,23 @@ class _Registration:
             orphan = self.abandoned or self.error is not None
         if orphan and not session.lost:
             provisional = Entry(self.prefix + self.waiter_id, lease=self.lease.id)
-            await session.discard(self.position.entry if self.position else provisional)
+            session.discard(self.position.entry if self.position else provisional)
 
     async def _attempts(self, session: Session) -> Position:
         backend = session.backend
+        assert session._in_flight is not None
         for attempt in _retry.attempts():
             try:
-                return await backend.register(
-                    self.prefix, self.waiter_id, self.lease, value=self.value, ahead=self.ahead
-                )
-            except BackendUnavailable:
+                async with session._in_flight:
+                    return await backend.register(
+                        self.prefix, self.waiter_id, self.lease, value=self.value, ahead=self.ahead
+                    )
+            except BackendUnavailable as exc:
                 # The same waiter id again: a request that did reach the store is found
                 # and returned, not registered twice.
-                if not self.retry or self.abandoned or session.lost:
+                if session.lost:
+                    raise SessionExpiredError(f"the session was lost ({session.reason})") from exc
+                if not self.retry or self.abandoned:
                     raise
                 await _retry.backoff(attempt)
         raise AssertionError("unreachable")  # pragma: no cover

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .. import _keys
+from ..abc import ChangeKind
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -63,12 +64,30 @@ async def wait_for_no_waiters(client: Client, name: str) -> None:
 
 
 async def _wait_for_queue(client: Client, name: str, done: Callable[[int], bool]) -> None:
+    """Wait until ``done(number of entries)``: one listing, then the watch's changes,
+    counted as they come (re-listing after each change would cost O(n) reads per change,
+    enough to starve the client's keepalive under a burst of thousands of waiters)."""
     backend = client.backend
     prefix = _keys.prefix_of(name)
     listing = await backend.entries(prefix)
-    if done(len(listing.entries)):
+    keys = {entry.key for entry in listing.entries}
+    if done(len(keys)):
         return
     async with backend.watch(prefix, revision=listing.revision) as changes:
-        async for _ in changes:
-            if done(len((await backend.entries(prefix)).entries)):
+        async for change in changes:
+            key = change.entry.key
+            if key == prefix:  # deletions whose names the store could not tell
+                keys = {entry.key for entry in (await backend.entries(prefix)).entries}
+            elif not _is_waiter(prefix, key):
+                continue  # a key of a nested name
+            elif change.kind is ChangeKind.PUT:
+                keys.add(key)
+            else:
+                keys.discard(key)
+            if done(len(keys)):
                 return
+
+
+def _is_waiter(prefix: str, key: str) -> bool:
+    rest = key[len(prefix) :]
+    return key.startswith(prefix) and rest.startswith(_keys.WAITER_MARK) and "/" not in rest

@@ -12,11 +12,19 @@ container, like every parent) rather than being an error.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 from ..._keys import WAITER_MARK
 
-__all__ = ["Paths", "WaiterName", "parse_waiter", "waiter_names"]
+__all__ = [
+    "Paths",
+    "WaiterName",
+    "nearest_before",
+    "parse_waiter",
+    "sequence_of",
+    "waiter_names",
+]
 
 _SEQUENCE_DIGITS = 10
 
@@ -38,6 +46,35 @@ def parse_waiter(name: str) -> WaiterName | None:
     if not dash or len(digits) != _SEQUENCE_DIGITS or not digits.isdigit():
         return None
     return WaiterName(name, waiter_id, int(digits))
+
+
+def sequence_of(name: str) -> int | None:
+    """The sequence number of a waiter node name, or None if it is not one. The cheap
+    test of :func:`parse_waiter`, for the hot path: it runs over every child of a queue
+    at every registration."""
+    if name[:1] != WAITER_MARK or name[-_SEQUENCE_DIGITS - 1 : -_SEQUENCE_DIGITS] != "-":
+        return None
+    digits = name[-_SEQUENCE_DIGITS:]
+    return int(digits) if digits.isdigit() and len(name) > _SEQUENCE_DIGITS + 2 else None
+
+
+def nearest_before(children: list[str], name: str, limit: int | None) -> list[str] | None:
+    """The waiter nodes among *children* that come before waiter *name*, nearest first
+    (at most *limit*); None if *name* is not among them. O(n), without sorting the whole
+    queue: only the nearest are ordered."""
+    mine = sequence_of(name)
+    if mine is None or name not in children:
+        return None
+    before = []
+    for child in children:
+        sequence = sequence_of(child)
+        if sequence is not None and sequence < mine:
+            before.append((sequence, child))
+    if limit is None:
+        before.sort(reverse=True)
+    else:
+        before = heapq.nlargest(limit, before)
+    return [child for _, child in before]
 
 
 def waiter_names(children: list[str]) -> list[WaiterName]:

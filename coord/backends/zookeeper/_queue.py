@@ -30,7 +30,7 @@ from kazoo import exceptions as kz
 from ..._exceptions import BackendUnavailable, EntryGoneError, SessionExpiredError
 from ...abc import Entry, Listing, Position
 from ._errors import ANSWERS
-from ._paths import parse_waiter, waiter_names
+from ._paths import nearest_before, parse_waiter, sequence_of, waiter_names
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -54,6 +54,14 @@ def _exists(client: Any, path: str) -> Any:
 
 def _get(client: Any, path: str) -> Any:
     return client.get_async(path)
+
+
+def _earlier_twin(children: list[str], waiter_id: str, name: str) -> bool:
+    """Whether *children* hold a node of *waiter_id* created before *name* (the same
+    registration, repeated after a lost reply)."""
+    mine = sequence_of(name) or 0
+    mark = waiter_id + "-"
+    return any(c.startswith(mark) and (sequence_of(c) or mine) < mine for c in children)
 
 
 def entry_of(key: str, data: bytes | None, stat: Any) -> Entry:
@@ -146,11 +154,9 @@ class Queues:
         :raises EntryGoneError: if my node is not among *children*
         """
         prefix, _, name = self._paths.split(mine.key)
-        names = [w.name for w in waiter_names(children)]
-        if name not in names:
+        wanted = nearest_before(children, name, ahead)
+        if wanted is None:
             raise EntryGoneError(f"{mine.key} no longer exists")
-        before = names[: names.index(name)][::-1]  # nearest first
-        wanted = before if ahead is None else before[:ahead]
         known = known or {}
         unknown = [n for n in wanted if n not in known]
         read = dict(zip(unknown, await self.read(prefix, unknown), strict=True))
@@ -184,8 +190,7 @@ class Queues:
                 listing = await self.children(node)
                 if listing is None:
                     raise EntryGoneError(f"{mine.key} vanished during registration")
-            older = [w for w in waiter_names(listing[0]) if w.waiter_id == waiter_id]
-            if older and older[0].name != name:
+            if _earlier_twin(listing[0], waiter_id, name):
                 # Registered twice (a retry after a lost reply): keep the first node.
                 found = await self.find(node, waiter_id, session_id)
                 if found is not None and found[0] != name:
