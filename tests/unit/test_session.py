@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import anyio
 import pytest
 import trio
@@ -157,3 +159,35 @@ async def test_closing_the_session_revokes_its_keys() -> None:
         await client.mutex("x").acquire()
         assert len(store.keys()) == 1
     assert store.keys() == []
+
+
+async def test_a_session_injected_by_hand_is_one_lease() -> None:
+    """House style: recipes take their session explicitly. A bare Session is one lease:
+    once it is lost, acquires raise instead of waiting for another."""
+    async with MemoryBackend() as backend, coord.Session(backend, ttl=6) as session:
+        mutex = coord.Mutex(session, "by-hand")
+        async with mutex as hold:
+            assert hold.session is session
+        backend.store.expire_lease(session.id)
+        with anyio.fail_after(5):
+            await session.wait_lost()
+        with pytest.raises(coord.SessionExpiredError):
+            await mutex.acquire()
+
+
+async def test_loss_and_renewal_are_logged(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="coord")
+    async with coord.Client(MemoryBackend(), ttl=6) as client:
+        first = client.session
+        client.backend.store.expire_lease(first.id)  # type: ignore[attr-defined]
+        with anyio.fail_after(5):
+            async for session in client.sessions():
+                if session is not first:
+                    break
+    lost = [r for r in caplog.records if r.levelno == logging.WARNING]
+    opened = [r for r in caplog.records if r.levelno == logging.INFO]
+    assert len(lost) == 1
+    assert f"{first.id:#x} lost" in lost[0].getMessage()
+    assert "opening a new one" in lost[0].getMessage()
+    assert len(opened) == 1
+    assert f"{session.id:#x} opened" in opened[0].getMessage()
