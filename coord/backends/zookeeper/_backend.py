@@ -147,10 +147,8 @@ class ZooKeeperBackend(FaultHooks, Backend):
         if self._tg is not None:
             self._tg.start_soon(func)
 
-    async def _end_session(self) -> None:
-        lease = self._lease
-        if lease is not None:
-            await self._end_lease(lease.id)()
+    async def _end_session(self, session_id: int) -> None:
+        await self._end_lease(session_id)()
 
     # -- leases ---------------------------------------------------------------------------
 

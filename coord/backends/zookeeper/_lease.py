@@ -118,7 +118,8 @@ class SessionPolicy:
 
     :param is_current: whether news come from the client in use (not a stopped one)
     :param start_soon: runs a coroutine function in the backend's task group
-    :param end_session: ends the kazoo session (stops the client)
+    :param end_session: ends the kazoo session with the given id (stops the client),
+        if it is still the client's
     """
 
     def __init__(
@@ -127,7 +128,7 @@ class SessionPolicy:
         suspended_is_lost: bool,
         is_current: Callable[[Any], bool],
         start_soon: Callable[[Callable[[], Coroutine[Any, Any, None]]], None],
-        end_session: Callable[[], Coroutine[Any, Any, None]],
+        end_session: Callable[[int], Coroutine[Any, Any, None]],
     ) -> None:
         self.suspended_is_lost = suspended_is_lost
         self._is_current = is_current
@@ -188,4 +189,5 @@ class SessionPolicy:
         """Mark *lease* lost and end its session."""
         if not lease._lost.is_set():
             lease._mark_lost(reason)
-            self._start_soon(self._end_session)
+            # Bound to this session: by the time the task runs, a new one may be current.
+            self._start_soon(lambda: self._end_session(lease.id))
