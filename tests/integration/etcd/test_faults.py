@@ -156,15 +156,3 @@ async def test_a_session_granted_late_is_not_born_dead(etcd_server: EtcdServer) 
 async def _resume_after(server: EtcdServer, delay: float) -> None:
     await anyio.sleep(delay)
     await anyio.to_thread.run_sync(server.resume)
-
-
-async def test_refused_everywhere_fails_fast_naming_every_endpoint() -> None:
-    ports = [free_port(), free_port()]
-    url = "etcd://" + ",".join(f"127.0.0.1:{p}" for p in ports)
-    started = anyio.current_time()
-    with pytest.raises(coord.BackendUnavailable) as info:
-        async with coord.connect(url, ttl=5):
-            pass
-    assert anyio.current_time() - started < 2
-    for port in ports:
-        assert f"127.0.0.1:{port}" in str(info.value)

@@ -3,7 +3,6 @@ paths, the host list given to kazoo, and ZooKeeperServer's missing-install error
 
 from __future__ import annotations
 
-import anyio
 import pytest
 from kazoo import exceptions as kz
 
@@ -11,7 +10,7 @@ import coord
 from coord.backends.zookeeper._errors import translate
 from coord.backends.zookeeper._options import hosts_string
 from coord.backends.zookeeper._paths import Paths, parse_waiter, waiter_names
-from coord.testing import ServerNotFound, ZooKeeperServer, free_port
+from coord.testing import ServerNotFound, ZooKeeperServer
 
 pytestmark = pytest.mark.zookeeper
 
@@ -85,21 +84,3 @@ def test_a_missing_zookeeper_is_server_not_found() -> None:
         ZooKeeperServer(jar="/nonexistent/zookeeper.jar")
     with pytest.raises(ServerNotFound):
         ZooKeeperServer(java="/nonexistent/java")
-
-
-def test_session_timeout_beyond_32_bit_milliseconds_is_refused_at_the_call() -> None:
-    with pytest.raises(coord.ConfigurationError, match="allows"):
-        coord.connect("zk://127.0.0.1:2181", ttl=3e6)
-    coord.connect("zk://127.0.0.1:2181", ttl=2e6)  # fits: the server may clamp it
-
-
-async def test_refused_everywhere_fails_fast_naming_every_endpoint() -> None:
-    ports = [free_port(), free_port()]
-    url = "zk://" + ",".join(f"127.0.0.1:{p}" for p in ports)
-    started = anyio.current_time()
-    with pytest.raises(coord.BackendUnavailable) as info:
-        async with coord.connect(url, ttl=5):
-            pass
-    assert anyio.current_time() - started < 2
-    for port in ports:
-        assert f"127.0.0.1:{port}" in str(info.value)
