@@ -3,6 +3,8 @@
 * :class:`EtcdServer` starts a real etcd (Debian's ``etcd-server``) on free loopback ports
   in a temporary directory, and can stop, restart, pause (SIGSTOP) and resume it;
   :class:`ZooKeeperServer` does the same for ZooKeeper (Debian's ``zookeeper``, on Java).
+* :class:`TcpProxy` sits between one client and a server and delays, drops, holds
+  (a partition) or resets its traffic, or refuses connections.
 * Fault hooks that work on every backend: :func:`expire_session` (the store ends a
   client's session now), :func:`drop_key` (another client deletes a key).
 * :func:`wait_for_waiters`: wait, by watching, until a lock has a number of waiters.
@@ -19,6 +21,7 @@ from ._faults import (
     wait_for_no_waiters,
     wait_for_waiters,
 )
+from ._proxy import TcpProxy
 from ._servers import EtcdCluster, EtcdServer, ServerNotFound, ServerTLS, free_port
 from ._zookeeper import ZooKeeperServer
 
@@ -27,6 +30,7 @@ __all__ = [
     "EtcdServer",
     "ServerNotFound",
     "ServerTLS",
+    "TcpProxy",
     "ZooKeeperServer",
     "drop_key",
     "expire_session",

@@ -1,0 +1,110 @@
+"""Faults between one client and etcd, injected with coord.testing.TcpProxy: replies that
+come back too late (a lost registration reply), a client cut off from the store."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import anyio
+import pytest
+
+import coord
+from coord.testing import TcpProxy, wait_for_no_waiters
+from coord.testing._faults import _wait_for_queue as wait_for_queue
+from coord.testing.pytest_plugin import fresh_namespace
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from coord.testing import EtcdServer
+
+pytestmark = [pytest.mark.anyio, pytest.mark.etcd]
+
+
+@pytest.fixture
+def proxy(etcd_server: EtcdServer) -> Iterator[TcpProxy]:
+    with TcpProxy(etcd_server.client_port) as proxy:
+        yield proxy
+
+
+async def _keys(client: coord.Client, name: str) -> list[str]:
+    return [e.key for e in (await client.backend.entries(name + "/")).entries]
+
+
+async def test_registration_whose_replies_come_too_late_is_not_duplicated(
+    etcd_server: EtcdServer, proxy: TcpProxy
+) -> None:
+    """Every reply arrives after the attempt's deadline: the registration is applied by
+    etcd, the client never hears of it and tries again. Once replies are on time again,
+    the acquire gets the lock with the key it created first: one key, not two."""
+    namespace = fresh_namespace()
+    async with (
+        coord.connect(f"etcd://{proxy.endpoint}/{namespace}", ttl=6, request_timeout=1) as client,
+        coord.connect(f"{etcd_server.url}/{namespace}", ttl=6) as observer,
+    ):
+        async with anyio.create_task_group() as tg:
+            got: list[coord.Hold] = []
+
+            async def acquire() -> None:
+                async with client.mutex("late") as hold:
+                    got.append(hold)
+                    assert await _keys(observer, "late") == [hold.key]
+
+            proxy.delay(1.5)  # past each attempt's deadline (1 s), under ttl / 3
+            tg.start_soon(acquire)
+            with anyio.fail_after(5):
+                await wait_for_queue(observer, "late", lambda n: n == 1)
+            await anyio.sleep(3)  # attempts time out, one after another
+            assert await _keys(observer, "late")
+            assert not got
+            proxy.heal()
+        assert len(got) == 1
+        assert not client.session.lost
+        assert await _keys(observer, "late") == []
+
+
+async def test_giving_up_while_replies_are_late_leaves_no_key(
+    etcd_server: EtcdServer, proxy: TcpProxy
+) -> None:
+    """The caller gives up while no reply comes back in time: the key that etcd did
+    create must not stay behind, bound to a live lease (everyone else, the same client
+    included, would queue behind it forever)."""
+    namespace = fresh_namespace()
+    async with (
+        coord.connect(f"etcd://{proxy.endpoint}/{namespace}", ttl=6, request_timeout=1) as client,
+        coord.connect(f"{etcd_server.url}/{namespace}", ttl=6) as other,
+    ):
+        proxy.delay(1.5)
+        with pytest.raises(TimeoutError), anyio.fail_after(2.5):
+            await client.mutex("abandoned").acquire()
+        proxy.heal()
+        with anyio.fail_after(10):
+            await wait_for_no_waiters(other, "abandoned")
+            async with other.mutex("abandoned"), anyio.create_task_group():
+                pass
+            async with client.mutex("abandoned"):  # and the same client, again
+                pass
+        assert not client.session.lost
+
+
+async def test_a_client_cut_off_past_its_ttl_is_told_and_comes_back(
+    etcd_server: EtcdServer, proxy: TcpProxy
+) -> None:
+    namespace = fresh_namespace()
+    async with (
+        coord.connect(f"etcd://{proxy.endpoint}/{namespace}", ttl=2) as client,
+        coord.connect(f"{etcd_server.url}/{namespace}", ttl=2) as other,
+    ):
+        first = client.session
+        with anyio.fail_after(10), pytest.raises(coord.LockLost):
+            async with client.mutex("cut") as hold:
+                proxy.blackhole()
+                await anyio.sleep_forever()
+        assert hold.lost
+        with anyio.fail_after(10):  # the store expired it too: another client gets it
+            async with other.mutex("cut") as next_hold:
+                assert next_hold.fence > hold.fence
+        proxy.heal()
+        with anyio.fail_after(10):  # the same client, a new session, no restart
+            async with client.mutex("cut") as again:
+                assert again.session is not first

@@ -1,0 +1,65 @@
+"""Faults between one client and ZooKeeper, injected with coord.testing.TcpProxy."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import anyio
+import pytest
+
+import coord
+from coord.testing import TcpProxy, wait_for_waiters
+from coord.testing.pytest_plugin import fresh_namespace
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from coord.testing import ZooKeeperServer
+
+pytestmark = [pytest.mark.anyio, pytest.mark.zookeeper]
+
+
+@pytest.fixture
+def proxy(zookeeper_server: ZooKeeperServer) -> Iterator[TcpProxy]:
+    with TcpProxy(zookeeper_server.port) as proxy:
+        yield proxy
+
+
+@pytest.mark.parametrize("suspended_is_lost", [False, True])
+async def test_a_cut_off_holder_knows_before_anyone_else_can_hold(
+    zookeeper_server: ZooKeeperServer, proxy: TcpProxy, suspended_is_lost: bool
+) -> None:
+    """The holder is cut off from the ensemble (a partition: nothing gets through, no
+    connection is reset). The server expires its session one timeout after it last heard
+    from it, and the next waiter gets the lock. The holder must know that it lost the
+    lock no later than that moment (it used to learn it seconds later, with
+    suspended_is_lost=False: a timer started at SUSPENDED and ran the requested timeout)."""
+    ttl = 2.0
+    namespace = fresh_namespace()
+    url = f"zk://{proxy.endpoint}/{namespace}"
+    times: dict[str, float] = {}
+    async with (
+        coord.connect(url, ttl=ttl, suspended_is_lost=suspended_is_lost) as holder,
+        coord.connect(f"{zookeeper_server.url}/{namespace}", ttl=ttl) as other,
+    ):
+        async with anyio.create_task_group() as tg:
+
+            async def next_holder() -> None:
+                async with other.mutex("cut"):
+                    times["next"] = anyio.current_time()
+
+            with anyio.fail_after(15), pytest.raises(coord.LockLost):
+                async with holder.mutex("cut") as hold:
+                    tg.start_soon(next_holder)
+                    await wait_for_waiters(other, "cut", 2)
+                    proxy.blackhole()
+                    times["cut"] = anyio.current_time()
+                    await hold.wait_lost()
+                    times["told"] = anyio.current_time()
+                    await anyio.sleep_forever()
+        proxy.heal()
+        assert times["told"] <= times["next"], times
+        assert times["told"] - times["cut"] <= ttl + 0.5, times
+        with anyio.fail_after(15):  # the holder's client carries on, unrestarted
+            async with holder.mutex("cut") as again:
+                assert again.fence > hold.fence
