@@ -274,4 +274,8 @@ class Backend(AsyncResource):
         """Watch every key under *prefix* for changes after *revision*.
 
         ``async with backend.watch(p, revision=r) as changes: async for c in changes: ...``
+
+        A DELETE whose key is *prefix* itself means "keys under it were deleted, which
+        the store cannot name" (ZooKeeper keeps no history of deleted children): the
+        caller re-reads what it needs. Stores with a history never send it.
         """

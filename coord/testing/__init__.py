@@ -23,7 +23,7 @@ from ._faults import (
 )
 from ._proxy import TcpProxy
 from ._servers import EtcdCluster, EtcdServer, ServerNotFound, ServerTLS, free_port
-from ._zookeeper import ZooKeeperServer
+from ._zookeeper import ZooKeeperEnsemble, ZooKeeperServer
 
 __all__ = [
     "EtcdCluster",
@@ -31,6 +31,7 @@ __all__ = [
     "ServerNotFound",
     "ServerTLS",
     "TcpProxy",
+    "ZooKeeperEnsemble",
     "ZooKeeperServer",
     "drop_key",
     "expire_session",

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
 from .. import _keys
-from ..abc import ChangeKind
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import AsyncIterator, Callable
 
     from .._client import Client
+    from ..abc import Change
 
 __all__ = [
     "drop_key",
@@ -64,30 +66,30 @@ async def wait_for_no_waiters(client: Client, name: str) -> None:
 
 
 async def _wait_for_queue(client: Client, name: str, done: Callable[[int], bool]) -> None:
-    """Wait until ``done(number of entries)``: one listing, then the watch's changes,
-    counted as they come (re-listing after each change would cost O(n) reads per change,
-    enough to starve the client's keepalive under a burst of thousands of waiters)."""
+    """Wait until ``done(number of entries)``. The prefix's watch is only a trigger: each
+    time it reports changes the queue is listed again, but changes that arrive while a
+    listing runs are folded into the next one. So a burst of thousands of registrations
+    costs a few dozen listings, not one per change (enough, on ZooKeeper, to starve the
+    client's own keepalive), and the count is always a real listing, never a tally that a
+    store without history (ZooKeeper cannot name deleted children) could get wrong."""
     backend = client.backend
     prefix = _keys.prefix_of(name)
     listing = await backend.entries(prefix)
-    keys = {entry.key for entry in listing.entries}
-    if done(len(keys)):
+    if done(len(listing.entries)):
         return
+    changed = anyio.Event()
+
+    async def follow(changes: AsyncIterator[Change]) -> None:
+        nonlocal changed
+        async for _ in changes:
+            changed.set()
+
     async with backend.watch(prefix, revision=listing.revision) as changes:
-        async for change in changes:
-            key = change.entry.key
-            if key == prefix:  # deletions whose names the store could not tell
-                keys = {entry.key for entry in (await backend.entries(prefix)).entries}
-            elif not _is_waiter(prefix, key):
-                continue  # a key of a nested name
-            elif change.kind is ChangeKind.PUT:
-                keys.add(key)
-            else:
-                keys.discard(key)
-            if done(len(keys)):
-                return
-
-
-def _is_waiter(prefix: str, key: str) -> bool:
-    rest = key[len(prefix) :]
-    return key.startswith(prefix) and rest.startswith(_keys.WAITER_MARK) and "/" not in rest
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(follow, changes)
+            while True:
+                await changed.wait()
+                changed = anyio.Event()
+                if done(len((await backend.entries(prefix)).entries)):
+                    tg.cancel_scope.cancel()
+                    return

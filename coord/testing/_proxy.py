@@ -69,9 +69,10 @@ class TcpProxy:
         self.forwarded = dict.fromkeys(_DIRECTIONS, 0)
         self._delay = dict.fromkeys(_DIRECTIONS, 0.0)
         self._mode: dict[str, _Mode] = dict.fromkeys(_DIRECTIONS, "pass")
-        self._listener = self._bind()
+        self._listener: socket.socket | None = self._bind(0)
         self.port: int = self._listener.getsockname()[1]
-        self._refusing = False
+        self._refusing = False  # wanted: set by the controls, applied on the proxy's thread
+        self._starting = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._links: set[_Link] = set()
@@ -106,7 +107,8 @@ class TcpProxy:
         """Stop: close every connection and the listener, and join the thread."""
         loop, thread = self._loop, self._thread
         if loop is None or thread is None:
-            self._listener.close()
+            if self._listener is not None:
+                self._listener.close()
             return
         self._thread = None
         loop.call_soon_threadsafe(lambda: self._spawn(self._shutdown()))
@@ -150,7 +152,7 @@ class TcpProxy:
     def refuse(self) -> None:
         """Stop listening (connections are refused) and reset the open ones."""
         self._refusing = True
-        self._call(self._stop_listening)
+        self._call(self._apply_listening)
         self._call(self._reset_all)
 
     def heal(self) -> None:
@@ -180,10 +182,11 @@ class TcpProxy:
             self._changed.set()
             self._changed = asyncio.Event()
 
-    def _bind(self) -> socket.socket:
+    @staticmethod
+    def _bind(port: int) -> socket.socket:
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", getattr(self, "port", 0)))
+        listener.bind(("127.0.0.1", port))
         listener.listen(128)
         listener.setblocking(False)
         return listener
@@ -197,14 +200,36 @@ class TcpProxy:
     async def _serve(self) -> None:
         self._changed = asyncio.Event()
         self._stopped = asyncio.Event()
-        if self._refusing:
-            self._listener.close()
-        else:
-            await self._listen(self._listener)
+        self._apply_listening()
         await self._stopped.wait()
 
+    def _apply_listening(self) -> None:
+        """Make the listening state what the controls want. Only ever called on the
+        proxy's thread, and idempotent: whatever order controls and start-up come in, a
+        closed socket is never served and a refused port never listens."""
+        if self._refusing:
+            server, self._server = self._server, None
+            if server is not None:
+                server.close()  # closes the listener it serves
+            elif self._listener is not None:
+                self._listener.close()
+            self._listener = None
+        elif self._server is None and not self._starting:
+            if self._listener is None:
+                self._listener = self._bind(self.port)
+            self._starting = True
+            self._spawn(self._listen(self._listener))
+
     async def _listen(self, sock: socket.socket) -> None:
-        self._server = await asyncio.start_server(self._accept, sock=sock)
+        try:
+            server = await asyncio.start_server(self._accept, sock=sock)
+        finally:
+            self._starting = False
+        if self._refusing or sock is not self._listener:  # refused meanwhile
+            server.close()
+        else:
+            self._server = server
+        self._apply_listening()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -224,24 +249,16 @@ class TcpProxy:
         for link in list(self._links):
             link.abort()
 
-    def _stop_listening(self) -> None:
-        server, self._server = self._server, None
-        if server is not None:
-            server.close()
-        elif self._refusing:
-            self._listener.close()  # before the loop ran: it never listened through a server
-
     def _heal(self) -> None:
         self._wake()
         for link in list(self._links):
             if link.corrupt:
                 link.abort()
-        if self._server is None and not self._refusing:
-            self._listener = self._bind()
-            self._spawn(self._listen(self._listener))
+        self._apply_listening()
 
     async def _shutdown(self) -> None:
-        self._stop_listening()
+        self._refusing = True
+        self._apply_listening()
         self._reset_all()
         await asyncio.sleep(0)
         self._stopped.set()

@@ -348,6 +348,24 @@ class EtcdCluster:
             member.wait_ready(timeout=timeout)
         return self
 
+    def leader(self) -> EtcdServer | None:
+        """The member that leads now, or None while there is none."""
+        for member in self.members:
+            if member.running:
+                with contextlib.suppress(OSError, ValueError):
+                    if member.metric("etcd_server_is_leader") == 1:
+                        return member
+        return None
+
+    def wait_for_leader(self, *, timeout: float = 30.0) -> EtcdServer:
+        """The leader, once one is elected (polls ``/metrics``: test support)."""
+        deadline = time.monotonic() + timeout
+        while (leader := self.leader()) is None:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no etcd leader after {timeout}s")
+            time.sleep(0.05)
+        return leader
+
     def close(self) -> None:
         for member in self.members:
             member.close()

@@ -19,11 +19,14 @@ import contextlib
 import os
 import shutil
 import socket
+import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Self
 
 from ._servers import ServerNotFound, _Process, free_port
 
-__all__ = ["ZooKeeperServer"]
+__all__ = ["Quorum", "ZooKeeperEnsemble", "ZooKeeperServer"]
 
 _DEFAULT_JARS = ("/usr/share/java/zookeeper.jar", "/usr/share/zookeeper/zookeeper.jar")
 # slf4j's simple binding logs to stderr (our log file); without a binding ZooKeeper is
@@ -36,6 +39,26 @@ def _find_jar() -> str | None:
     if configured:
         return configured if Path(configured).exists() else None
     return next((jar for jar in _DEFAULT_JARS if Path(jar).exists()), None)
+
+
+@dataclass(frozen=True)
+class Quorum:
+    """A member's place in an ensemble: its id and every member's (peer, election) ports.
+
+    :ivar myid: this member's id (1, 2, ...)
+    :ivar ports: member id -> (quorum port, leader-election port)
+    """
+
+    myid: int
+    ports: dict[int, tuple[int, int]]
+
+    def config(self) -> list[str]:
+        # Ticks are 100 ms: give a slow machine 10 s to sync, 4 s to answer the leader.
+        lines = ["initLimit=100", "syncLimit=40"]
+        return lines + [
+            f"server.{i}=127.0.0.1:{peer}:{election}"
+            for i, (peer, election) in sorted(self.ports.items())
+        ]
 
 
 def four_letter_word(host: str, port: int, command: str, *, timeout: float = 2.0) -> str:
@@ -78,6 +101,7 @@ class ZooKeeperServer(_Process):
         tick_ms: int = 100,
         max_session_timeout_ms: int = 120_000,
         container_check_ms: int = 1_000,
+        quorum: Quorum | None = None,
     ) -> None:
         found_java = java or os.environ.get("COORD_ZOOKEEPER_JAVA") or shutil.which("java")
         found_jar = jar or _find_jar()
@@ -93,6 +117,7 @@ class ZooKeeperServer(_Process):
         self.tick_ms = tick_ms
         self.max_session_timeout_ms = max_session_timeout_ms
         self.container_check_ms = container_check_ms
+        self.quorum = quorum
 
     @property
     def endpoint(self) -> str:
@@ -119,10 +144,14 @@ class ZooKeeperServer(_Process):
                     "admin.enableServer=false",
                     "forceSync=no",
                     "preAllocSize=1024",
+                    *(self.quorum.config() if self.quorum else []),
                     "",
                 ]
             )
         )
+        if self.quorum is not None:
+            (self.directory / "data").mkdir(exist_ok=True)
+            (self.directory / "data" / "myid").write_text(f"{self.quorum.myid}\n")
         return path
 
     def _command(self) -> list[str]:
@@ -139,14 +168,26 @@ class ZooKeeperServer(_Process):
             "-Dorg.slf4j.simpleLogger.showDateTime=true",
             "-cp",
             os.pathsep.join(classpath),
-            "org.apache.zookeeper.server.ZooKeeperServerMain",
+            (
+                "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+                if self.quorum
+                else "org.apache.zookeeper.server.ZooKeeperServerMain"
+            ),
             str(self._config()),
         ]
 
     def _ready(self) -> bool:
+        return self.state() in ("standalone", "leader", "follower")
+
+    def state(self) -> str | None:
+        """``zk_server_state`` from ``mntr`` (standalone, leader, follower), or None if
+        the server does not serve (yet, or any more)."""
         with contextlib.suppress(OSError):
-            return "zk_server_state" in self.four_letter_word("mntr", timeout=0.5)
-        return False
+            for line in self.four_letter_word("mntr", timeout=0.5).splitlines():
+                name, _, value = line.partition("\t")
+                if name == "zk_server_state":
+                    return value.strip()
+        return None
 
     def four_letter_word(self, command: str, *, timeout: float = 2.0) -> str:
         """Send a four-letter word (``mntr``, ``srvr``, ``cons``...) to the server."""
@@ -156,3 +197,59 @@ class ZooKeeperServer(_Process):
         """The server's ``mntr`` counters (``zk_packets_sent``, ...), as strings."""
         pairs = (line.split("\t", 1) for line in self.four_letter_word("mntr").splitlines())
         return {pair[0]: pair[1] for pair in pairs if len(pair) == 2}
+
+
+class ZooKeeperEnsemble:
+    """Several ZooKeeper servers forming one ensemble on loopback (3 by default).
+
+    Example::
+
+        with ZooKeeperEnsemble() as ensemble:
+            url = ensemble.url + "/test"      # zk://127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3
+            ensemble.leader().stop(kill=True)  # the others elect a new leader
+
+    :param size: the number of servers (odd)
+    :param options: passed to each :class:`ZooKeeperServer`
+    :raises ServerNotFound: if Java or ZooKeeper is not installed
+    """
+
+    def __init__(self, size: int = 3, **options: Any) -> None:
+        ports = {i: (free_port(), free_port()) for i in range(1, size + 1)}
+        self.members = [
+            ZooKeeperServer(quorum=Quorum(i, ports), **options) for i in range(1, size + 1)
+        ]
+
+    @property
+    def url(self) -> str:
+        return "zk://" + ",".join(m.endpoint for m in self.members)
+
+    def start(self, *, timeout: float = 60.0) -> Self:
+        """Start every member, then wait until all serve (they need a leader first)."""
+        for member in self.members:
+            member.launch()
+        for member in self.members:
+            member.wait_ready(timeout=timeout)
+        return self
+
+    def leader(self) -> ZooKeeperServer | None:
+        """The member that leads now, or None while there is none."""
+        return next((m for m in self.members if m.running and m.state() == "leader"), None)
+
+    def wait_for_leader(self, *, timeout: float = 30.0) -> ZooKeeperServer:
+        """The leader, once one is elected (polls ``mntr``: test support)."""
+        deadline = time.monotonic() + timeout
+        while (leader := self.leader()) is None:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no ZooKeeper leader after {timeout}s")
+            time.sleep(0.05)
+        return leader
+
+    def close(self) -> None:
+        for member in self.members:
+            member.close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

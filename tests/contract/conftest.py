@@ -22,6 +22,10 @@ STORES = [
     pytest.param(("zookeeper", "trio"), id="zookeeper-trio", marks=pytest.mark.zookeeper),
 ]
 
+#: The stores that run on asyncio (for tests of asyncio's own cancellation, or too slow
+#: to run twice over the same code path).
+ASYNCIO_STORES = [p for p in STORES if p.values[0][1] == "asyncio"]  # type: ignore[index]
+
 
 @pytest.fixture(params=STORES)
 def store(request: pytest.FixtureRequest) -> tuple[str, str]:

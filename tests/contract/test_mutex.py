@@ -520,41 +520,6 @@ async def test_nested_names_do_not_share_a_queue(clients: list[coord.Client]) ->
                 pass
 
 
-async def test_a_burst_of_waiters_fails_nothing_and_leaves_nothing(coord_url: str) -> None:
-    """A thousand acquires registering at once, with a TTL shorter than the burst takes
-    to register (each ZooKeeper registration reads the whole queue). Registering used to
-    be bounded by the TTL: the late ones failed with BackendUnavailable and left their
-    keys behind, bound to a live lease, and nobody could acquire again. Now none fails,
-    no session is lost, and once they are all cancelled no key is left."""
-    waiters = 1000
-    async with coord.connect(coord_url, ttl=5) as a, coord.connect(coord_url, ttl=5) as b:
-        holder = a.mutex("burst")
-        await holder.acquire()
-        errors: list[BaseException] = []
-        async with anyio.create_task_group() as tg:
-
-            async def waiter() -> None:
-                try:
-                    await b.mutex("burst").acquire()
-                except Exception as exc:
-                    errors.append(exc)
-
-            for _ in range(waiters):
-                tg.start_soon(waiter)
-            with anyio.fail_after(60):
-                await wait_for_waiters(a, "burst", waiters + 1)
-            tg.cancel_scope.cancel()
-        assert errors == []
-        with anyio.fail_after(30):
-            await wait_for_queue(a, "burst", lambda n: n == 1)
-        await holder.release()
-        assert a.statistics().sessions_lost == b.statistics().sessions_lost == 0
-        async with coord.connect(coord_url, ttl=5) as c:
-            with anyio.fail_after(5):
-                async with c.mutex("burst"):
-                    pass
-
-
 async def test_release_wakes_exactly_one_waiter(clients: list[coord.Client]) -> None:
     """A release costs the same number of watch notifications with 2 or 12 waiters."""
     a = clients[0]

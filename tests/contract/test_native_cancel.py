@@ -16,7 +16,7 @@ import pytest
 
 from coord.testing import wait_for_no_waiters, wait_for_waiters
 
-from .conftest import STORES
+from .conftest import ASYNCIO_STORES
 
 if TYPE_CHECKING:
     import coord
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=[p for p in STORES if p.values[0][1] == "asyncio"])  # type: ignore[index]
+@pytest.fixture(params=ASYNCIO_STORES)
 def store(request: pytest.FixtureRequest) -> tuple[str, str]:
     return request.param  # type: ignore[no-any-return]
 

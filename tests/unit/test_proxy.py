@@ -138,3 +138,23 @@ async def test_refuse_then_heal(proxy: TcpProxy) -> None:
 def test_bad_direction_is_refused() -> None:
     with TcpProxy(1) as proxy, pytest.raises(ValueError, match="direction"):
         proxy.delay(1, direction="sideways")  # type: ignore[arg-type]
+
+
+async def test_controls_before_the_thread_runs_are_applied(echo: _EchoServer) -> None:
+    proxy = TcpProxy(echo.server_address[1])
+    proxy.refuse()
+    proxy.heal()  # the listener closed by refuse() must never be served again
+    proxy.start()
+    try:
+        with anyio.fail_after(5):
+            async with await _connect(proxy) as stream:
+                assert await _round_trip(stream) == b"ping"
+        refused = TcpProxy(echo.server_address[1])
+        refused.refuse()
+        refused.start()
+        await anyio.sleep(0.1)
+        with pytest.raises(OSError, match=r"(?i)refused|connection attempts failed"):
+            await _connect(refused)
+        await anyio.to_thread.run_sync(refused.close)
+    finally:
+        await anyio.to_thread.run_sync(proxy.close)

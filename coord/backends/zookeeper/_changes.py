@@ -5,9 +5,10 @@ ZooKeeper keeps no history: a watch cannot start "at a revision" as on etcd. Ins
 the first listing compares the node's *pzxid* (the zxid of the last change to its
 children) with the revision the caller read at: if the children changed since, the
 changes are reported at once — a PUT for every child created after that revision (their
-czxid says so) and, when only deletions happened, one DELETE whose key is the prefix
-itself, since the names of deleted children are gone. Between two listings a child that
-came and went unseen is not reported. Data changes of children are not watched.
+czxid says so), then one DELETE whose key is the prefix itself: children may also have
+been deleted since, and their names are gone, so the caller must re-read (the pzxid
+cannot tell creations from deletions). Between two listings a child that came and went
+unseen is not reported. Data changes of children are not watched.
 """
 
 from __future__ import annotations
@@ -77,8 +78,7 @@ class ChildChanges:
         entries = await self._queues.existing(self._prefix, sorted(children, key=_order))
         created = sorted((e for e in entries if e.revision > revision), key=lambda e: e.revision)
         self._pending.extend(Change(ChangeKind.PUT, e, e.revision) for e in created)
-        if not created:
-            self._pending.append(Change(ChangeKind.DELETE, Entry(self._prefix), pzxid))
+        self._pending.append(Change(ChangeKind.DELETE, Entry(self._prefix), pzxid))
 
     def __aiter__(self) -> ChildChanges:
         return self

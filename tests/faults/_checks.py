@@ -1,0 +1,119 @@
+"""The checks of the fault suite, on the fenced store's history (pure functions).
+
+* no lost update among accepted writes: they wrote 1, 2, 3, ... in order;
+* fences increase in acquisition order, over the holds that were not lost;
+* no two holders overlap, unless one of them got LockLost (or was killed);
+* the holders that were paused or cut off got LockLost;
+* every live process acquires again soon after a fault ended.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from ._store import Event
+
+__all__ = [
+    "Hold",
+    "acquired_after",
+    "check_fences_increase",
+    "check_no_lost_update",
+    "check_no_overlap",
+    "check_reported_lost",
+    "holds",
+]
+
+
+@dataclass
+class Hold:
+    """One hold, from its ENTER to its EXIT (None while open) and whether it was lost."""
+
+    proc: str
+    task: str
+    fence: int
+    entered: float
+    exited: float | None = None
+    lost: bool = False
+    killed: bool = False  # its process was killed while it held
+
+    def __str__(self) -> str:
+        end = f"{self.exited:.3f}" if self.exited is not None else "open"
+        flags = " LOST" if self.lost else " KILLED" if self.killed else ""
+        return f"{self.proc}/{self.task} fence {self.fence} [{self.entered:.3f}, {end}]{flags}"
+
+
+def holds(events: Iterable[Event], killed: Iterable[str] = ()) -> list[Hold]:
+    """Every hold of the history, in ENTER order. *killed*: processes that were
+    SIGKILLed (their open holds ended with them)."""
+    result: list[Hold] = []
+    open_holds: dict[tuple[str, str, int], Hold] = {}
+    for event in events:
+        key = (event.proc, event.task, event.fence)
+        if event.kind == "ENTER":
+            hold = open_holds[key] = Hold(event.proc, event.task, event.fence, event.at)
+            result.append(hold)
+        elif event.kind == "EXIT" and key in open_holds:
+            open_holds[key].exited = event.at
+        elif event.kind == "LOST" and key in open_holds:
+            open_holds.pop(key).lost = True
+    dead = set(killed)
+    for hold in result:
+        if hold.exited is None and not hold.lost and hold.proc in dead:
+            hold.killed = True
+    return result
+
+
+def check_no_lost_update(events: Sequence[Event]) -> int:
+    """Accepted writes wrote 1, 2, 3, ...: none was based on a stale read. Returns their
+    number."""
+    accepted = [e for e in events if e.kind == "WRITE" and e.accepted]
+    for number, event in enumerate(accepted, start=1):
+        assert event.value == number, (
+            f"lost update: accepted write #{number} wrote {event.value} "
+            f"({event.proc}/{event.task}, fence {event.fence}); "
+            f"before it: {_last_writes(accepted, number)}"
+        )
+    return len(accepted)
+
+
+def _last_writes(accepted: Sequence[Event], number: int) -> list[tuple[str, int, int]]:
+    return [(e.proc, e.fence, e.value) for e in accepted[max(0, number - 4) : number]]
+
+
+def _kept(all_holds: Sequence[Hold]) -> list[Hold]:
+    return [h for h in all_holds if not h.lost and not h.killed]
+
+
+def check_fences_increase(all_holds: Sequence[Hold]) -> None:
+    """In acquisition order, the fences of the holds that were not lost increase."""
+    kept = _kept(all_holds)
+    for before, after in itertools.pairwise(kept):
+        assert after.fence > before.fence, f"fences out of order: {before} was followed by {after}"
+
+
+def check_no_overlap(all_holds: Sequence[Hold]) -> None:
+    """No two holds that were not lost overlap in time (each EXIT is before the next
+    ENTER). An open hold must be the last one."""
+    kept = _kept(all_holds)
+    for before, after in itertools.pairwise(kept):
+        assert before.exited is not None, f"{before} is still open, but {after} entered"
+        assert before.exited <= after.entered, f"two holders at once: {before} and {after}"
+
+
+def check_reported_lost(all_holds: Sequence[Hold], proc: str, fence: int) -> None:
+    """The hold of *proc* with *fence* ended in LockLost."""
+    matching = [h for h in all_holds if h.proc == proc and h.fence == fence]
+    assert matching, f"no hold of {proc} with fence {fence}"
+    assert all(h.lost for h in matching), f"{matching[0]} was not told that it lost the lock"
+
+
+def acquired_after(events: Iterable[Event], proc: str, since: float) -> float | None:
+    """When *proc* first entered a hold after *since* (None if it did not)."""
+    return next(
+        (e.at for e in events if e.kind == "ENTER" and e.proc == proc and e.at > since), None
+    )

@@ -1,0 +1,100 @@
+"""A worker of the fault suite: one process, ONE client for its whole life (a service
+never rebuilds its client to recover: the client must outlive its sessions), and T
+tasks that loop::
+
+    async with client.mutex(NAME) as hold:
+        ENTER; value = READ; await a little; WRITE value + 1 with hold.fence; EXIT
+
+reporting every step to the fenced store. ``coord.LockLost`` is reported as LOST, any
+other exception as ERROR (then the task goes on, as a service would). SIGTERM closes
+the client and exits 0.
+
+    python _worker.py --url etcd://... --store 127.0.0.1:PORT --proc p0 --tasks 2 --ttl 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import sys
+from typing import Any
+
+import anyio
+import anyio.abc
+
+import coord
+
+NAME = "faults/counter"
+
+
+class StoreClient:
+    """One connection to the fenced store; a request and its reply are never split by a
+    cancellation (they are shielded), so the connection never loses its place."""
+
+    def __init__(self, stream: anyio.abc.SocketStream) -> None:
+        self._stream = stream
+        self._buffer = b""
+
+    async def ask(self, *words: object) -> str:
+        with anyio.CancelScope(shield=True):
+            await self._stream.send((" ".join(map(str, words)) + "\n").encode())
+            while b"\n" not in self._buffer:
+                self._buffer += await self._stream.receive()
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line.decode()
+
+
+async def connect_store(endpoint: str) -> StoreClient:
+    host, _, port = endpoint.rpartition(":")
+    return StoreClient(await anyio.connect_tcp(host, int(port)))
+
+
+async def loop(client: coord.Client, store: StoreClient, proc: str, task: str) -> None:
+    mutex = client.mutex(NAME)
+    while True:
+        fence = 0
+        try:
+            async with mutex as hold:
+                fence = hold.fence
+                await store.ask("ENTER", proc, task, fence)
+                value = int(await store.ask("READ", proc, task, fence))
+                await anyio.sleep(random.uniform(0.005, 0.03))
+                await store.ask("WRITE", proc, task, fence, value + 1)
+                await store.ask("EXIT", proc, task, fence)
+        except coord.LockLost:
+            await store.ask("LOST", proc, task, fence)
+        except Exception as exc:  # a service retries
+            await store.ask(
+                "ERROR", proc, task, type(exc).__name__, str(exc)[:200].replace("\n", " ")
+            )
+            await anyio.sleep(0.1)
+
+
+async def main(args: argparse.Namespace) -> None:
+    options: dict[str, Any] = json.loads(args.options)
+    hello = await connect_store(args.store)
+    await hello.ask("HELLO", args.proc, os.getpid())
+    async with coord.connect(args.url, ttl=args.ttl, **options) as client:
+        async with anyio.create_task_group() as tg:
+            for number in range(args.tasks):
+                store = await connect_store(args.store)
+                tg.start_soon(loop, client, store, args.proc, f"t{number}")
+            with anyio.open_signal_receiver(signal.SIGTERM) as signals:
+                async for _ in signals:
+                    tg.cancel_scope.cancel()
+                    break
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--store", required=True)
+    parser.add_argument("--proc", required=True)
+    parser.add_argument("--tasks", type=int, default=2)
+    parser.add_argument("--ttl", type=float, default=2.0)
+    parser.add_argument("--options", default="{}")
+    anyio.run(main, parser.parse_args(), backend="asyncio")
+    sys.exit(0)
