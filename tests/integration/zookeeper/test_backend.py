@@ -85,7 +85,9 @@ async def test_watch_reports_a_registration_made_before_it_started(
     backend: ZooKeeperBackend, other: coord.Client
 ) -> None:
     """A watch from a listing's revision (the parent's pzxid) reports what changed
-    between the listing and the watch: nothing is missed in that gap."""
+    between the listing and the watch: nothing is missed in that gap. What was created is
+    named; that something may also have been deleted is said by a DELETE of the prefix
+    itself (ZooKeeper keeps no names of deleted children)."""
     theirs = backend_of(other)
     first = await theirs.register("gap/", f"@{uuid.uuid4().hex}", other.session.lease)
     listing = await backend.entries("gap/")
@@ -96,6 +98,8 @@ async def test_watch_reports_a_registration_made_before_it_started(
             change = await changes.__anext__()
             assert change.kind is ChangeKind.PUT
             assert change.entry == second.entry
+            change = await changes.__anext__()
+            assert (change.kind, change.entry.key) == (ChangeKind.DELETE, "gap/")
             await theirs.delete(first.entry)
             change = await changes.__anext__()
             assert change.kind is ChangeKind.DELETE
