@@ -207,7 +207,7 @@ class Hold:
         revision = self._seen_at
         attempt = 0
         with self._guard_scope:
-            while True:
+            while self._frozen is None:  # released before it ran: nothing to watch
                 try:
                     await backend.wait_deleted([self._entry.key], revision=revision)
                     revision = (await backend.position(self._entry, ahead=0)).revision

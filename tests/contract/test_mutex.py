@@ -520,6 +520,23 @@ async def test_nested_names_do_not_share_a_queue(clients: list[coord.Client]) ->
                 pass
 
 
+async def test_an_uncontended_lock_costs_no_watch(clients: list[coord.Client]) -> None:
+    """Acquire and release with nobody waiting: no watch is armed, none fires. (The
+    holder's guard watch starts only if the holder does not release first: its task,
+    scheduled at the grant, used to arm a watch on the key being deleted.)"""
+    client = clients[0]
+    mutex = client.mutex("uncontended")
+    async with mutex:  # parents and connections exist from here on
+        pass
+    await anyio.sleep(0.2)
+    before = await server_wakeups(client)
+    for _ in range(10):
+        await mutex.acquire()
+        await mutex.release()
+    await anyio.sleep(0.2)  # anything a release would wake has arrived by now
+    assert await server_wakeups(client) - before == 0
+
+
 async def test_release_wakes_exactly_one_waiter(clients: list[coord.Client]) -> None:
     """A release costs the same number of watch notifications with 2 or 12 waiters."""
     a = clients[0]
