@@ -206,7 +206,10 @@ class TcpProxy:
     def _apply_listening(self) -> None:
         """Make the listening state what the controls want. Only ever called on the
         proxy's thread, and idempotent: whatever order controls and start-up come in, a
-        closed socket is never served and a refused port never listens."""
+        closed socket is never served and a refused port never listens. While a server
+        is starting, the start applies the latest wish when it is done."""
+        if self._starting:
+            return
         if self._refusing:
             server, self._server = self._server, None
             if server is not None:
@@ -214,7 +217,7 @@ class TcpProxy:
             elif self._listener is not None:
                 self._listener.close()
             self._listener = None
-        elif self._server is None and not self._starting:
+        elif self._server is None:
             if self._listener is None:
                 self._listener = self._bind(self.port)
             self._starting = True
@@ -222,14 +225,10 @@ class TcpProxy:
 
     async def _listen(self, sock: socket.socket) -> None:
         try:
-            server = await asyncio.start_server(self._accept, sock=sock)
+            self._server = await asyncio.start_server(self._accept, sock=sock)
         finally:
             self._starting = False
-        if self._refusing or sock is not self._listener:  # refused meanwhile
-            server.close()
-        else:
-            self._server = server
-        self._apply_listening()
+            self._apply_listening()  # a refuse() that came meanwhile closes it now
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1

@@ -13,6 +13,8 @@ from coord.testing import TcpProxy, wait_for_no_waiters
 from coord.testing._faults import _wait_for_queue as wait_for_queue
 from coord.testing.pytest_plugin import fresh_namespace
 
+from .._stall import holder_stalled_past_its_ttl
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
@@ -108,3 +110,12 @@ async def test_a_client_cut_off_past_its_ttl_is_told_and_comes_back(
         with anyio.fail_after(10):  # the same client, a new session, no restart
             async with client.mutex("cut") as again:
                 assert again.session is not first
+
+
+async def test_a_holder_stalled_past_its_ttl_gets_lock_lost(
+    etcd_server: EtcdServer, proxy: TcpProxy
+) -> None:
+    namespace = fresh_namespace()
+    await holder_stalled_past_its_ttl(
+        f"etcd://{proxy.endpoint}/{namespace}", f"{etcd_server.url}/{namespace}", proxy
+    )

@@ -11,6 +11,8 @@ import coord
 from coord.testing import TcpProxy, wait_for_waiters
 from coord.testing.pytest_plugin import fresh_namespace
 
+from .._stall import holder_stalled_past_its_ttl
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
@@ -63,3 +65,12 @@ async def test_a_cut_off_holder_knows_before_anyone_else_can_hold(
         with anyio.fail_after(15):  # the holder's client carries on, unrestarted
             async with holder.mutex("cut") as again:
                 assert again.fence > hold.fence
+
+
+async def test_a_holder_stalled_past_its_ttl_gets_lock_lost(
+    zookeeper_server: ZooKeeperServer, proxy: TcpProxy
+) -> None:
+    namespace = fresh_namespace()
+    await holder_stalled_past_its_ttl(
+        f"zk://{proxy.endpoint}/{namespace}", f"{zookeeper_server.url}/{namespace}", proxy
+    )
