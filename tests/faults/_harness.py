@@ -150,7 +150,15 @@ class FaultRun:
             while not (result := predicate()):  # noqa: ASYNC110
                 await anyio.sleep(0.05)
             return result
-        raise AssertionError(f"not within {within:g}s: {what}\n{self.report()}")
+        await self.diagnose()
+        raise AssertionError(f"not within {within:g}s: {what}\n{self.report(tail=150)}")
+
+    async def diagnose(self) -> None:
+        """Ask every running worker to write its diagnosis (session, entries, task
+        stacks) to its log; a paused worker cannot, and says nothing."""
+        for proc in self.alive():
+            self.workers[proc].signal(signal.SIGUSR1)
+        await anyio.sleep(3)  # the listing in it is bounded by 2 s
 
     async def wait_for_holder(self, proc: str | None = None, within: float = 20) -> _checks.Hold:
         """Until a process (*proc*, if given) holds the lock; returns its hold."""
@@ -187,7 +195,7 @@ class FaultRun:
             return all(_checks.acquired_after(events, p, since) for p in wanted)
 
         await self.until(
-            f"{procs or 'every live worker'} acquire(s) again within {within:g}s",
+            f"{procs or 'every live worker'} acquire(s) again within {within:g}s of {since:.3f}",
             done,
             max(deadline - time.monotonic(), 0.1),
         )
@@ -209,7 +217,7 @@ class FaultRun:
             with anyio.fail_after(self.ttl + 10):
                 await wait_for_no_waiters(client, NAME)
 
-    def report(self) -> str:
+    def report(self, tail: int = 30) -> str:
         events = self.store.snapshot()
         lines = [f"{len(events)} events; last ones:"]
         lines += [
@@ -221,5 +229,5 @@ class FaultRun:
         if errors:
             lines.append(f"{len(errors)} errors, first: {errors[0].proc} {errors[0].detail}")
         for worker in self.workers.values():
-            lines.append(f"--- {worker.proc} (pid {worker.pid}) log tail:\n{worker.tail()}")
+            lines.append(f"--- {worker.proc} (pid {worker.pid}) log tail:\n{worker.tail(tail)}")
         return "\n".join(lines)

@@ -7,7 +7,9 @@ tasks that loop::
 
 reporting every step to the fenced store. ``coord.LockLost`` is reported as LOST, any
 other exception as ERROR (then the task goes on, as a service would). SIGTERM closes
-the client and exits 0.
+the client and exits 0. SIGUSR1 writes a diagnosis to stderr (the worker's log): the
+client's session and statistics, the mutex's entries as the store lists them, and the
+stack of every task; the harness asks for it when a worker does not make progress.
 
     python _worker.py --url etcd://... --store 127.0.0.1:PORT --proc p0 --tasks 2 --ttl 2
 """
@@ -15,17 +17,20 @@ the client and exits 0.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import random
 import signal
 import sys
+import time
 from typing import Any
 
 import anyio
 import anyio.abc
 
 import coord
+from coord import _keys
 
 NAME = "faults/counter"
 
@@ -73,6 +78,46 @@ async def loop(client: coord.Client, store: StoreClient, proc: str, task: str) -
             await anyio.sleep(0.1)
 
 
+def _awaiting(coro: Any) -> list[str]:
+    """Where a suspended coroutine waits, outermost first (``Task.get_stack`` shows one
+    frame only: it does not follow ``cr_await``)."""
+    lines = []
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None)
+        frame = frame or getattr(coro, "gi_frame", None)
+        if frame is not None:
+            code = frame.f_code
+            lines.append(f"{code.co_filename}:{frame.f_lineno} in {code.co_name}")
+        inner = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
+        coro = inner or getattr(coro, "gi_yieldfrom", None)
+    return lines
+
+
+async def diagnose(client: coord.Client, proc: str) -> None:
+    """Write what a person debugging a stuck worker wants to see, to stderr."""
+    out = sys.stderr
+    print(f"=== {proc} diagnosis at {time.monotonic():.3f}", file=out)
+    try:
+        session = client.session
+        print(f"session lease {session.lease.id:#x} lost={session.lease.lost}", file=out)
+    except Exception as exc:
+        print(f"no session: {exc!r}", file=out)
+    print(f"statistics: {client.statistics()}", file=out)
+    try:
+        with anyio.fail_after(2):
+            listing = await client.backend.entries(_keys.prefix_of(NAME))
+        print(f"entries at revision {listing.revision}:", file=out)
+        for entry in listing.entries:
+            print(f"  {entry.key} rev={entry.revision} lease={entry.lease:#x}", file=out)
+    except Exception as exc:
+        print(f"listing failed: {exc!r}", file=out)
+    for task in asyncio.all_tasks():
+        print(f"--- task {task.get_name()}", file=out)
+        for line in _awaiting(task.get_coro()):
+            print(f"    {line}", file=out)
+    out.flush()
+
+
 async def main(args: argparse.Namespace) -> None:
     options: dict[str, Any] = json.loads(args.options)
     hello = await connect_store(args.store)
@@ -82,8 +127,11 @@ async def main(args: argparse.Namespace) -> None:
             for number in range(args.tasks):
                 store = await connect_store(args.store)
                 tg.start_soon(loop, client, store, args.proc, f"t{number}")
-            with anyio.open_signal_receiver(signal.SIGTERM) as signals:
-                async for _ in signals:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGUSR1) as signals:
+                async for received in signals:
+                    if received == signal.SIGUSR1:
+                        tg.start_soon(diagnose, client, args.proc)
+                        continue
                     tg.cancel_scope.cancel()
                     break
 

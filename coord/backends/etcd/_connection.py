@@ -157,15 +157,45 @@ async def guarded(awaitable: Awaitable[T]) -> T:
 
 
 async def stream_write(call: Any, request: Any) -> None:
-    """Write on a stream; a stream that already ended is BackendUnavailable.
+    """Write on a stream; a stream that already ended, or ends during the write, is
+    BackendUnavailable.
 
     (grpc.aio reports a write after the end as ``asyncio.InvalidStateError``, not as an
     RPC error: left alone it would crash the task that owns the stream.)
     """
     try:
-        await guarded(call.write(request))
+        await guarded(_write_unless_ended(call, request))
     except asyncio.InvalidStateError as exc:
         raise BackendUnavailable("the gRPC stream has ended") from exc
+
+
+async def _write_unless_ended(call: Any, request: Any) -> None:
+    """``call.write(request)``, given up when the call ends first.
+
+    A write made before the call's headers went out waits for them, and grpc.aio never
+    wakes it if the call ends meanwhile (its channel closed by a failover, or cancelled):
+    the write would hang forever, and with it the watch stream that made it, so that
+    no waiter on that client ever heard of a deletion again (seen when a cluster's
+    leader was killed). So the write races the call's end. A write that is cancelled
+    ends the call.
+    """
+    write = asyncio.ensure_future(call.write(request))
+    ended = asyncio.ensure_future(call.code())  # cancelling this wait leaves the call be
+    try:
+        await asyncio.wait([write, ended], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        ended.cancel()
+        if ended.done() and not ended.cancelled():
+            ended.exception()  # retrieved, so asyncio does not log "never retrieved"
+        if not write.done():
+            # The call has ended, or we were cancelled: a write given up half-way leaves
+            # the stream unusable, so end the call (grpc.aio does not, if the write was
+            # still waiting for the headers); its owner reopens the stream.
+            write.cancel()
+            call.cancel()
+    if write.cancelled():
+        raise BackendUnavailable("the gRPC stream ended before the write went out")
+    write.result()
 
 
 async def stream_read(call: Any) -> Any:

@@ -1,0 +1,76 @@
+"""gRPC stream edge cases of the etcd backend that need no etcd: a listening socket that
+accepts connections and never speaks is a member that hangs during the handshake."""
+
+from __future__ import annotations
+
+import socket
+from typing import TYPE_CHECKING
+
+import anyio
+import grpc
+import pytest
+from aetcd import rpc
+
+from coord import BackendUnavailable
+from coord.backends.etcd._connection import stream_write
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # grpc.aio
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        yield listener.getsockname()[1]
+
+
+def _create() -> rpc.WatchRequest:
+    return rpc.WatchRequest(create_request=rpc.WatchCreateRequest(key=b"k"))
+
+
+async def test_a_write_waiting_for_the_connection_ends_when_the_channel_closes(
+    silent_port: int,
+) -> None:
+    """grpc.aio parks a write until the call's headers went out and never wakes it if
+    the call ends meanwhile. Failover closes the old channel under the watch stream's
+    write: the write must fail then, or the watch stream hangs for good (it did, when a
+    cluster's leader was killed) and no waiter of that client hears a deletion again."""
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{silent_port}")
+    call = rpc.WatchStub(channel).Watch()
+    failed = anyio.Event()
+
+    async def write() -> None:
+        with pytest.raises(BackendUnavailable):
+            await stream_write(call, _create())
+        failed.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(write)
+        await anyio.sleep(0.5)
+        assert not failed.is_set()  # still connecting: the write waits
+        await channel.close(grace=None)
+        with anyio.fail_after(3):
+            await failed.wait()
+
+
+async def test_a_cancelled_write_ends_its_call(silent_port: int) -> None:
+    """Half a message may have gone out: the stream is unusable, and its owner reopens it."""
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{silent_port}")
+    call = rpc.WatchStub(channel).Watch()
+    try:
+        with anyio.move_on_after(0.3) as scope:
+            await stream_write(call, _create())
+        assert scope.cancelled_caught
+        with anyio.fail_after(3):
+            assert await call.code() == grpc.StatusCode.CANCELLED
+    finally:
+        await channel.close(grace=None)
