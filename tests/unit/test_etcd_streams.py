@@ -15,7 +15,7 @@ from coord import BackendUnavailable
 from coord.backends.etcd._connection import stream_write
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import AsyncIterator, Iterator
 
 pytestmark = pytest.mark.anyio
 
@@ -33,18 +33,27 @@ def silent_port() -> Iterator[int]:
         yield listener.getsockname()[1]
 
 
+@pytest.fixture
+async def channel(silent_port: int) -> AsyncIterator[grpc.aio.Channel]:
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{silent_port}")
+    yield channel
+    await channel.close(grace=None)
+    # gRPC's poller thread delivers the closed calls' last events a moment later; the
+    # event loop must still be there (as in Connection.close).
+    await anyio.sleep(0.1)
+
+
 def _create() -> rpc.WatchRequest:
     return rpc.WatchRequest(create_request=rpc.WatchCreateRequest(key=b"k"))
 
 
 async def test_a_write_waiting_for_the_connection_ends_when_the_channel_closes(
-    silent_port: int,
+    channel: grpc.aio.Channel,
 ) -> None:
     """grpc.aio parks a write until the call's headers went out and never wakes it if
     the call ends meanwhile. Failover closes the old channel under the watch stream's
     write: the write must fail then, or the watch stream hangs for good (it did, when a
     cluster's leader was killed) and no waiter of that client hears a deletion again."""
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{silent_port}")
     call = rpc.WatchStub(channel).Watch()
     failed = anyio.Event()
 
@@ -62,15 +71,11 @@ async def test_a_write_waiting_for_the_connection_ends_when_the_channel_closes(
             await failed.wait()
 
 
-async def test_a_cancelled_write_ends_its_call(silent_port: int) -> None:
+async def test_a_cancelled_write_ends_its_call(channel: grpc.aio.Channel) -> None:
     """Half a message may have gone out: the stream is unusable, and its owner reopens it."""
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{silent_port}")
     call = rpc.WatchStub(channel).Watch()
-    try:
-        with anyio.move_on_after(0.3) as scope:
-            await stream_write(call, _create())
-        assert scope.cancelled_caught
-        with anyio.fail_after(3):
-            assert await call.code() == grpc.StatusCode.CANCELLED
-    finally:
-        await channel.close(grace=None)
+    with anyio.move_on_after(0.3) as scope:
+        await stream_write(call, _create())
+    assert scope.cancelled_caught
+    with anyio.fail_after(3):
+        assert await call.code() == grpc.StatusCode.CANCELLED
