@@ -362,9 +362,17 @@ class EtcdCluster:
         deadline = time.monotonic() + timeout
         while (leader := self.leader()) is None:
             if time.monotonic() > deadline:
-                raise RuntimeError(f"no etcd leader after {timeout}s")
+                raise RuntimeError(f"no etcd leader after {timeout}s\n{self._report()}")
             time.sleep(0.05)
         return leader
+
+    def _report(self) -> str:
+        """Each member's state and log tail, for a failure message."""
+        return "\n".join(
+            f"--- member {i} ({m.endpoint}): {'running' if m.running else 'stopped'}\n"
+            f"{m.log_tail(30)}"
+            for i, m in enumerate(self.members, 1)
+        )
 
     def close(self) -> None:
         for member in self.members:

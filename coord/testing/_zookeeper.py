@@ -183,7 +183,7 @@ class ZooKeeperServer(_Process):
         """``zk_server_state`` from ``mntr`` (standalone, leader, follower), or None if
         the server does not serve (yet, or any more)."""
         with contextlib.suppress(OSError):
-            for line in self.four_letter_word("mntr", timeout=0.5).splitlines():
+            for line in self.four_letter_word("mntr", timeout=2).splitlines():
                 name, _, value = line.partition("\t")
                 if name == "zk_server_state":
                     return value.strip()
@@ -240,9 +240,24 @@ class ZooKeeperEnsemble:
         deadline = time.monotonic() + timeout
         while (leader := self.leader()) is None:
             if time.monotonic() > deadline:
-                raise RuntimeError(f"no ZooKeeper leader after {timeout}s")
+                raise RuntimeError(f"no ZooKeeper leader after {timeout}s\n{self._report()}")
             time.sleep(0.05)
         return leader
+
+    def _report(self) -> str:
+        """Each member's state and log tail, for a failure message (without the lines
+        that our own ``mntr`` polling adds)."""
+        parts = []
+        for i, member in enumerate(self.members, 1):
+            state = member.state() if member.running else "stopped"
+            lines = [
+                line
+                for line in member.log_tail(400).splitlines()
+                if "mntr" not in line and "four letter" not in line
+            ]
+            parts.append(f"--- member {i} (port {member.port}): {state}")
+            parts += lines[-40:]
+        return "\n".join(parts)
 
     def close(self) -> None:
         for member in self.members:

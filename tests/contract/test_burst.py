@@ -23,6 +23,7 @@ def store(request: pytest.FixtureRequest) -> tuple[str, str]:
     return request.param  # type: ignore[no-any-return]
 
 
+@pytest.mark.timeout(120)  # ~17 s on ZooKeeper: each registration lists the queue
 async def test_a_burst_of_waiters_fails_nothing_and_leaves_nothing(coord_url: str) -> None:
     """A thousand acquires registering at once, with a TTL shorter than the burst takes
     to register (each ZooKeeper registration reads the whole queue). Registering used to
