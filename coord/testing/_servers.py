@@ -19,7 +19,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from ._metrics import parse_metric
 
@@ -74,6 +74,11 @@ class _Process:
 
     def _env(self) -> dict[str, str] | None:
         return None
+
+    @property
+    def endpoint(self) -> str:
+        """``host:port`` that clients connect to."""
+        raise NotImplementedError
 
     @property
     def running(self) -> bool:
@@ -318,7 +323,68 @@ class EtcdServer(_Process):
         return parse_metric(self.metrics(), name, **labels)
 
 
-class EtcdCluster:
+M = TypeVar("M", bound="_Process")
+
+
+class _Cluster(Generic[M]):
+    """Several members of one replicated store on loopback: what an etcd cluster and a
+    ZooKeeper ensemble have in common. Subclasses set ``members``, ``scheme`` and
+    :meth:`leader`."""
+
+    scheme = ""
+    members: list[M]
+
+    @property
+    def url(self) -> str:
+        return f"{self.scheme}://" + ",".join(m.endpoint for m in self.members)
+
+    def start(self, *, timeout: float = 60.0) -> Self:
+        """Start every member, then wait until all serve (they need a leader first)."""
+        for member in self.members:
+            member.launch()
+        for member in self.members:
+            member.wait_ready(timeout=timeout)
+        return self
+
+    def leader(self) -> M | None:
+        """The member that leads now, or None while there is none."""
+        raise NotImplementedError
+
+    def wait_for_leader(self, *, timeout: float = 30.0) -> M:
+        """The leader, once one is elected (polls the members: test support)."""
+        deadline = time.monotonic() + timeout
+        while (leader := self.leader()) is None:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no leader after {timeout}s\n{self._report()}")
+            time.sleep(0.05)
+        return leader
+
+    def _report(self) -> str:
+        """Each member's state and log tail, for a failure message."""
+        parts = []
+        for i, member in enumerate(self.members, 1):
+            parts.append(f"--- member {i} ({member.endpoint}): {self._state(member)}")
+            parts += self._log(member)[-40:]
+        return "\n".join(parts)
+
+    def _state(self, member: M) -> str:
+        return "running" if member.running else "stopped"
+
+    def _log(self, member: M) -> list[str]:
+        return member.log_tail(40).splitlines()
+
+    def close(self) -> None:
+        for member in self.members:
+            member.close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class EtcdCluster(_Cluster["EtcdServer"]):
     """Several etcd members forming one cluster on loopback (3 by default).
 
     Example::
@@ -336,17 +402,7 @@ class EtcdCluster:
         for member, port in zip(self.members, ports.values(), strict=True):
             member.peer_port = port
 
-    @property
-    def url(self) -> str:
-        return "etcd://" + ",".join(m.endpoint for m in self.members)
-
-    def start(self, *, timeout: float = 60.0) -> Self:
-        """Start every member, then wait until all serve (they need a quorum first)."""
-        for member in self.members:
-            member.launch()
-        for member in self.members:
-            member.wait_ready(timeout=timeout)
-        return self
+    scheme = "etcd"
 
     def leader(self) -> EtcdServer | None:
         """The member that leads now, or None while there is none."""
@@ -356,30 +412,3 @@ class EtcdCluster:
                     if member.metric("etcd_server_is_leader") == 1:
                         return member
         return None
-
-    def wait_for_leader(self, *, timeout: float = 30.0) -> EtcdServer:
-        """The leader, once one is elected (polls ``/metrics``: test support)."""
-        deadline = time.monotonic() + timeout
-        while (leader := self.leader()) is None:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"no etcd leader after {timeout}s\n{self._report()}")
-            time.sleep(0.05)
-        return leader
-
-    def _report(self) -> str:
-        """Each member's state and log tail, for a failure message."""
-        return "\n".join(
-            f"--- member {i} ({m.endpoint}): {'running' if m.running else 'stopped'}\n"
-            f"{m.log_tail(30)}"
-            for i, m in enumerate(self.members, 1)
-        )
-
-    def close(self) -> None:
-        for member in self.members:
-            member.close()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()

@@ -19,12 +19,11 @@ import contextlib
 import os
 import shutil
 import socket
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
-from ._servers import ServerNotFound, _Process, free_port
+from ._servers import ServerNotFound, _Cluster, _Process, free_port
 
 __all__ = ["Quorum", "ZooKeeperEnsemble", "ZooKeeperServer"]
 
@@ -199,7 +198,7 @@ class ZooKeeperServer(_Process):
         return {pair[0]: pair[1] for pair in pairs if len(pair) == 2}
 
 
-class ZooKeeperEnsemble:
+class ZooKeeperEnsemble(_Cluster["ZooKeeperServer"]):
     """Several ZooKeeper servers forming one ensemble on loopback (3 by default).
 
     Example::
@@ -219,52 +218,16 @@ class ZooKeeperEnsemble:
             ZooKeeperServer(quorum=Quorum(i, ports), **options) for i in range(1, size + 1)
         ]
 
-    @property
-    def url(self) -> str:
-        return "zk://" + ",".join(m.endpoint for m in self.members)
-
-    def start(self, *, timeout: float = 60.0) -> Self:
-        """Start every member, then wait until all serve (they need a leader first)."""
-        for member in self.members:
-            member.launch()
-        for member in self.members:
-            member.wait_ready(timeout=timeout)
-        return self
+    scheme = "zk"
 
     def leader(self) -> ZooKeeperServer | None:
         """The member that leads now, or None while there is none."""
         return next((m for m in self.members if m.running and m.state() == "leader"), None)
 
-    def wait_for_leader(self, *, timeout: float = 30.0) -> ZooKeeperServer:
-        """The leader, once one is elected (polls ``mntr``: test support)."""
-        deadline = time.monotonic() + timeout
-        while (leader := self.leader()) is None:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"no ZooKeeper leader after {timeout}s\n{self._report()}")
-            time.sleep(0.05)
-        return leader
+    def _state(self, member: ZooKeeperServer) -> str:
+        return (member.state() or "not serving") if member.running else "stopped"
 
-    def _report(self) -> str:
-        """Each member's state and log tail, for a failure message (without the lines
-        that our own ``mntr`` polling adds)."""
-        parts = []
-        for i, member in enumerate(self.members, 1):
-            state = member.state() if member.running else "stopped"
-            lines = [
-                line
-                for line in member.log_tail(400).splitlines()
-                if "mntr" not in line and "four letter" not in line
-            ]
-            parts.append(f"--- member {i} (port {member.port}): {state}")
-            parts += lines[-40:]
-        return "\n".join(parts)
-
-    def close(self) -> None:
-        for member in self.members:
-            member.close()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    def _log(self, member: ZooKeeperServer) -> list[str]:
+        # Without the lines our own mntr polling adds to it.
+        lines = member.log_tail(400).splitlines()
+        return [line for line in lines if "mntr" not in line and "four letter" not in line]
