@@ -20,8 +20,9 @@ import contextlib
 import statistics
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import aetcd
 import anyio
@@ -32,7 +33,7 @@ from coord.backends.zookeeper._faults import notifications_sent
 from coord.testing import EtcdServer, ZooKeeperServer
 from coord.testing._metrics import watch_messages_sent
 
-Contender = Callable[[float, list[float]], Awaitable[None]]
+Contender = Callable[[float, list[float]], Coroutine[Any, Any, None]]
 
 
 @dataclass
@@ -92,7 +93,7 @@ def coord_contender(url: str, key: str) -> Contender:
 
 def aetcd_contender(
     host: str, port: int, key: str
-) -> Callable[[float, list[float]], Awaitable[None]]:
+) -> Callable[[float, list[float]], Coroutine[Any, Any, None]]:
     async def contend(deadline: float, waits: list[float]) -> None:
         async with aetcd.Client(host=host, port=port) as client:
             lock = client.lock(key.encode(), ttl=10)
