@@ -1,8 +1,8 @@
 """coord: async coordination on etcd and ZooKeeper watches.
 
 A fair-queue distributed mutex with fencing tokens (``async with client.mutex(name)``),
-written once against a small backend contract (:mod:`coord.abc`) that the memory, etcd and
-ZooKeeper backends implement.
+leader election, a semaphore and a read-write lock, written once against a small backend
+contract (:mod:`coord.abc`) that the memory, etcd and ZooKeeper backends implement.
 """
 
 from __future__ import annotations
@@ -10,6 +10,9 @@ from __future__ import annotations
 from ._client import Client as Client
 from ._client import ClientStatistics as ClientStatistics
 from ._client import connect as connect
+from ._election import Election as Election
+from ._election import Leader as Leader
+from ._election import Term as Term
 from ._exceptions import BackendError as BackendError
 from ._exceptions import BackendUnavailable as BackendUnavailable
 from ._exceptions import ClosedError as ClosedError
@@ -26,6 +29,8 @@ from ._exceptions import SessionExpiredError as SessionExpiredError
 from ._hold import Hold as Hold
 from ._mutex import Mutex as Mutex
 from ._mutex import MutexStatistics as MutexStatistics
+from ._rwlock import RWLock as RWLock
+from ._semaphore import Semaphore as Semaphore
 from ._session import Session as Session
 
 __all__ = [
@@ -36,8 +41,10 @@ __all__ = [
     "ClosedError",
     "ConfigurationError",
     "CoordError",
+    "Election",
     "EntryGoneError",
     "Hold",
+    "Leader",
     "LeadershipLost",
     "LockLost",
     "LockedError",
@@ -46,8 +53,11 @@ __all__ = [
     "NoLeaderError",
     "NotLeaderError",
     "NotOwnerError",
+    "RWLock",
+    "Semaphore",
     "Session",
     "SessionExpiredError",
+    "Term",
     "connect",
 ]
 

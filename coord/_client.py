@@ -10,9 +10,12 @@ from typing import TYPE_CHECKING, Any
 import sniffio
 from anyio.abc import AsyncResource
 
+from ._election import Election
 from ._exceptions import ClosedError, ConfigurationError
 from ._keeper import SessionKeeper, SessionStatistics
 from ._mutex import Mutex
+from ._rwlock import RWLock
+from ._semaphore import Semaphore
 from ._url import SCHEMES, parse_url
 
 if TYPE_CHECKING:
@@ -108,12 +111,38 @@ class Client(AsyncResource):
         stats = self._keeper.statistics()
         return ClientStatistics(**stats.__dict__)
 
-    def mutex(self, name: str) -> Mutex:
+    def mutex(self, name: str, *, reentrant: bool = False) -> Mutex:
         """A :class:`coord.Mutex` called *name* on this client's sessions. Not a checkpoint.
+
+        :param reentrant: let the holding task enter again (released when its outermost
+            block exits)
+        :raises ConfigurationError: if *name* is not a valid name
+        """
+        return Mutex(self._keeper, name, reentrant=reentrant)
+
+    def semaphore(self, name: str, limit: int) -> Semaphore:
+        """A :class:`coord.Semaphore` called *name*: at most *limit* holders at once.
+        Not a checkpoint.
+
+        :raises ConfigurationError: for a bad *name* or *limit*
+        """
+        return Semaphore(self._keeper, name, limit)
+
+    def rwlock(self, name: str) -> RWLock:
+        """A :class:`coord.RWLock` called *name*: ``async with rw.read`` / ``rw.write``.
+        Not a checkpoint.
 
         :raises ConfigurationError: if *name* is not a valid name
         """
-        return Mutex(self._keeper, name)
+        return RWLock(self._keeper, name)
+
+    def election(self, name: str) -> Election:
+        """A :class:`coord.Election` called *name* on this client's sessions. Not a
+        checkpoint.
+
+        :raises ConfigurationError: if *name* is not a valid name
+        """
+        return Election(self._keeper, name)
 
     async def __aenter__(self) -> Client:
         if self._entered:

@@ -47,6 +47,9 @@ class Hold:
         it with every write to the protected resource so that it can reject a stale holder.
     """
 
+    #: What a loss raises (elections raise LeadershipLost, a LockLost).
+    _lost_error: type[LockLost] = LockLost
+
     def __init__(self, name: str, session: Session, position: Position) -> None:
         entry = position.entry
         self.name = name
@@ -150,19 +153,21 @@ class Hold:
         session = self._session
         if lost:
             session.discard(self._entry)  # it may still exist (an interruption)
-            raise LockLost(f"{self.name!r} was lost while held (fence {self.fence}): {self._why()}")
+            raise self._lost_error(
+                f"{self.name!r} was lost while held (fence {self.fence}): {self._why()}"
+            )
         deleted = await session.delete(self._entry)
         if deleted is False or (deleted is None and session.lost):
             self._frozen = True
             self._lost_event.set()
         if deleted is False:
             self._gone = True
-            raise LockLost(
+            raise self._lost_error(
                 f"{self.name!r} was lost while held (fence {self.fence}): its key was gone "
                 "at the release"
             )
         if deleted is None and session.lost:
-            raise LockLost(
+            raise self._lost_error(
                 f"{self.name!r}: the session was lost before the release could be confirmed "
                 f"(fence {self.fence}): {session.reason}"
             )

@@ -86,6 +86,10 @@ class SessionKeeper(SessionSource, AsyncResource):
         self._finished: dict[Session, anyio.Event] = {}
 
     @property
+    def backend(self) -> Backend:
+        return self._backend
+
+    @property
     def current(self) -> Session:
         """The current session (possibly lost, while the next one is being opened).
 

@@ -75,6 +75,11 @@ class SessionSource(ABC):
 
     renews: bool = False
 
+    @property
+    @abstractmethod
+    def backend(self) -> Backend:
+        """The backend the sessions are on."""
+
     @abstractmethod
     async def live(self) -> Session:
         """A session that is not lost, waiting for the next one if need be.
@@ -298,7 +303,14 @@ class Session(SessionSource, AsyncResource):
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def register(
-        self, prefix: str, *, value: bytes = b"", ahead: int | None = 1, retry: bool = True
+        self,
+        prefix: str,
+        *,
+        value: bytes = b"",
+        ahead: int | None = 1,
+        kind: str | None = None,
+        waiter_id: Callable[[], str] | None = None,
+        retry: bool = True,
     ) -> Position:
         """Register a new waiter entry under *prefix* on this session's lease.
 
@@ -314,7 +326,8 @@ class Session(SessionSource, AsyncResource):
         """
         await checkpoint_if_cancelled()  # already cancelled: register nothing at all
         lease = self.check()
-        request = _Registration(prefix, _keys.new_waiter_id(), lease, value, ahead, retry)
+        new_id = waiter_id() if waiter_id is not None else _keys.new_waiter_id()
+        request = _Registration(prefix, new_id, lease, value, ahead, kind, retry)
         self.start_soon(lambda: request.run(self))
         try:
             await request.done.wait()
@@ -389,9 +402,11 @@ class _Registration:
         lease: Lease,
         value: bytes,
         ahead: int | None,
+        kind: str | None,
         retry: bool,
     ) -> None:
         self.prefix = prefix
+        self.kind = kind
         self.waiter_id = waiter_id
         self.lease = lease
         self.value = value
@@ -430,7 +445,12 @@ class _Registration:
             try:
                 async with session._in_flight:
                     return await backend.register(
-                        self.prefix, self.waiter_id, self.lease, value=self.value, ahead=self.ahead
+                        self.prefix,
+                        self.waiter_id,
+                        self.lease,
+                        value=self.value,
+                        ahead=self.ahead,
+                        kind=self.kind,
                     )
             except BackendUnavailable as exc:
                 # The same waiter id again: a request that did reach the store is found

@@ -208,6 +208,7 @@ class Backend(AsyncResource):
         *,
         value: bytes = b"",
         ahead: int | None = 1,
+        kind: str | None = None,
     ) -> Position:
         """Create a waiter entry ``prefix + waiter_id[+ suffix]`` bound to *lease*.
 
@@ -215,11 +216,17 @@ class Backend(AsyncResource):
         the same *waiter_id* twice returns the existing entry (a retry after a lost reply).
 
         :param ahead: how many of the nearest entries ahead to return (``None``: all)
+        :param kind: return only entries ahead whose waiter id starts with *kind* (e.g.
+            the writers of a read-write lock, ``"@w"``); ``None``: every entry
         """
 
     @abstractmethod
-    async def position(self, entry: Entry, *, ahead: int | None = 1) -> Position:
+    async def position(
+        self, entry: Entry, *, ahead: int | None = 1, kind: str | None = None
+    ) -> Position:
         """Read where *entry* stands now, checking atomically that it still exists.
+
+        *ahead* and *kind* select the entries ahead returned, as for :meth:`register`.
 
         :raises EntryGoneError: if *entry* no longer exists (its lease expired, or someone
             deleted it): the caller no longer owns anything (etcd #11456)
@@ -232,6 +239,16 @@ class Backend(AsyncResource):
         Returns at once if one of them no longer exists. May return spuriously (after a
         watch could not be resumed, or a ZooKeeper disconnect): callers re-check with
         :meth:`position`. Waits on the store's watch; never polls.
+        """
+
+    @abstractmethod
+    async def wait_changed(self, entry: Entry, *, revision: int) -> None:
+        """Return once *entry* may no longer be as given: deleted, or its value written
+        (a newer :attr:`Entry.version`) after *revision*, the store revision at which it
+        was read.
+
+        Returns at once if it already differs. May return spuriously (as
+        :meth:`wait_deleted`): callers read it again. Waits on the store's watch.
         """
 
     @abstractmethod

@@ -43,3 +43,17 @@ def test_mutex_demo_starts_its_own_etcd(etcd_server: object) -> None:
 def test_mutex_demo_on_memory() -> None:
     out = run_example("mutex_demo.py", "memory://demo")
     assert "fences strictly increasing" in out
+
+
+@pytest.mark.etcd
+def test_leader_example_takes_over_after_sigkill_on_etcd(etcd_url: str) -> None:
+    out = run_example("leader.py", etcd_url)
+    assert "-- SIGKILL worker-" in out
+    assert "another worker took over in" in out
+    assert out.count("leads, term") == 2
+
+
+@pytest.mark.zookeeper
+def test_leader_example_takes_over_after_sigkill_on_zookeeper(zookeeper_url: str) -> None:
+    out = run_example("leader.py", zookeeper_url)
+    assert "another worker took over in" in out

@@ -44,6 +44,7 @@ class MemoryStore:
         self._leases: dict[int, _LeaseRecord] = {}
         self._lease_ids = itertools.count(0x1000)
         self._deleted: dict[str, list[anyio.Event]] = {}
+        self._changed: dict[str, list[anyio.Event]] = {}
         self._watchers: list[tuple[str, MemoryObjectSendStream[Change]]] = []
         # Recent changes, so that a watch can start from a past revision like on etcd.
         self._history: deque[Change] = deque(maxlen=10_000)
@@ -103,6 +104,8 @@ class MemoryStore:
         self._kv[key] = entry
         if lease:
             self._leases[lease].keys.add(key)
+        for event in self._changed.pop(key, ()):
+            event.set()
         self._notify(Change(ChangeKind.PUT, entry, rev))
         return entry
 
@@ -115,6 +118,8 @@ class MemoryStore:
         rev = self._next_revision()
         for event in self._deleted.pop(key, ()):
             self.wakeups += 1
+            event.set()
+        for event in self._changed.pop(key, ()):
             event.set()
         self._notify(Change(ChangeKind.DELETE, Entry(key), rev))
         return True
@@ -130,15 +135,17 @@ class MemoryStore:
                 except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                     pass
 
-    def _queue(self, prefix: str) -> list[Entry]:
-        mark = prefix + WAITER_MARK
+    def _queue(self, prefix: str, kind: str | None = None) -> list[Entry]:
+        mark = prefix + (kind or WAITER_MARK)
         waiters = [
             e for k, e in self._kv.items() if k.startswith(mark) and "/" not in k[len(mark) :]
         ]
         return sorted(waiters, key=lambda e: e.revision)
 
-    def _position(self, entry: Entry, prefix: str, ahead: int | None) -> Position:
-        before = [e for e in self._queue(prefix) if e.revision < entry.revision]
+    def _position(
+        self, entry: Entry, prefix: str, ahead: int | None, kind: str | None = None
+    ) -> Position:
+        before = [e for e in self._queue(prefix, kind) if e.revision < entry.revision]
         before.reverse()
         return Position(
             entry, tuple(before[:ahead] if ahead is not None else before), self.revision

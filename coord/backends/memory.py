@@ -199,23 +199,26 @@ class MemoryBackend(Backend):
         *,
         value: bytes = b"",
         ahead: int | None = 1,
+        kind: str | None = None,
     ) -> Position:
         await self._enter()
         key = prefix + waiter_id
         entry = self.store._kv.get(key)
         if entry is None:
             entry = self.store._put(key, value, lease.id)
-        position = self.store._position(entry, prefix, ahead)
+        position = self.store._position(entry, prefix, ahead, kind)
         await checkpoint()
         return position
 
-    async def position(self, entry: Entry, *, ahead: int | None = 1) -> Position:
+    async def position(
+        self, entry: Entry, *, ahead: int | None = 1, kind: str | None = None
+    ) -> Position:
         await self._enter()
         current = self.store._kv.get(entry.key)
         if current is None or current.revision != entry.revision:
             raise EntryGoneError(f"{entry.key} no longer exists")
         prefix = entry.key[: entry.key.rindex("/") + 1]
-        position = self.store._position(current, prefix, ahead)
+        position = self.store._position(current, prefix, ahead, kind)
         await checkpoint()
         return position
 
@@ -234,6 +237,24 @@ class MemoryBackend(Backend):
                 waiters = self.store._deleted.get(key, [])
                 if event in waiters:
                     waiters.remove(event)
+
+    async def wait_changed(self, entry: Entry, *, revision: int) -> None:
+        await self._enter()
+        current = self.store._kv.get(entry.key)
+        if current is None or (current.revision, current.version) != (
+            entry.revision,
+            entry.version,
+        ):
+            await checkpoint()
+            return
+        event = anyio.Event()
+        self.store._changed.setdefault(entry.key, []).append(event)
+        try:
+            await event.wait()
+        finally:
+            waiters = self.store._changed.get(entry.key, [])
+            if event in waiters:
+                waiters.remove(event)
 
     async def delete(self, entry: Entry) -> bool:
         await self._enter()

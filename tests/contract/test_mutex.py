@@ -498,8 +498,57 @@ async def test_not_reentrant(clients: list[coord.Client]) -> None:
     client = clients[0]
     mutex = client.mutex("reentry")
     async with mutex:
-        with pytest.raises(coord.LockedError, match="not reentrant"):
+        with pytest.raises(coord.LockedError, match="wait on itself"):
             await mutex.acquire()
+        # Another object of the same client for the same name: the task would wait on
+        # itself just the same (it used to, silently, forever).
+        with pytest.raises(coord.LockedError, match="wait on itself"):
+            await client.mutex("reentry").acquire()
+        with pytest.raises(coord.LockedError, match="wait on itself"):
+            await client.mutex("reentry").try_acquire()
+        assert len(await waiter_keys(client, "reentry")) == 1, "a refused acquire left a key"
+    assert await waiter_keys(client, "reentry") == []
+
+
+async def test_reentrant_mutex(clients: list[coord.Client]) -> None:
+    a = clients[0]
+    mutex = a.mutex("reentrant", reentrant=True)
+    order: list[str] = []
+
+    async def other_task_of_the_same_client() -> None:
+        async with a.mutex("reentrant", reentrant=True):
+            order.append("other")
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            async with mutex as outer:
+                tg.start_soon(other_task_of_the_same_client)
+                await wait_for_waiters(a, "reentrant", 2)  # it queues, it does not enter
+                async with mutex as inner:
+                    assert inner is outer
+                    async with a.mutex("reentrant", reentrant=True) as third:
+                        assert third is outer
+                    assert not outer.released
+                assert not outer.released, "an inner exit released the lock"
+                assert len(await waiter_keys(a, "reentrant")) == 2
+                order.append("outer")
+            assert outer.released
+    assert order == ["outer", "other"]
+    assert await waiter_keys(a, "reentrant") == []
+
+
+async def test_reentrant_mutex_lost_while_nested(clients: list[coord.Client]) -> None:
+    a = clients[0]
+    mutex = a.mutex("reentrant-lost", reentrant=True)
+    reached = False
+    with anyio.fail_after(10), pytest.raises(coord.LockLost):
+        async with mutex as hold:
+            async with mutex:
+                await drop_key(a, hold.key)
+                await anyio.sleep_forever()
+            reached = True
+    assert not reached, "the outer body ran on after the loss"
+    assert await waiter_keys(a, "reentrant-lost") == []
 
 
 async def test_invalid_names(clients: list[coord.Client]) -> None:

@@ -59,15 +59,18 @@ class Worker:
 
 @dataclass
 class FaultRun:
-    """Workers looping on one mutex through one fenced store, and the checks.
+    """Workers looping on one mutex (or campaigning in one election) through one fenced
+    store, and the checks.
 
     :param ttl: every worker's session TTL
     :param tasks: tasks per worker
+    :param recipe: ``"mutex"`` or ``"election"`` (each term is a hold)
     """
 
     directory: Path
     ttl: float = 2.0
     tasks: int = 2
+    recipe: str = "mutex"
     options: dict[str, Any] = field(default_factory=dict)
     store: FencedStore = field(default_factory=FencedStore)
     workers: dict[str, Worker] = field(default_factory=dict)
@@ -89,6 +92,7 @@ class FaultRun:
             f"--proc={proc}",
             f"--tasks={self.tasks}",
             f"--ttl={self.ttl}",
+            f"--recipe={self.recipe}",
             f"--options={json.dumps(self.options)}",
         ]
         with log.open("ab") as out:

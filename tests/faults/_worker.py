@@ -5,6 +5,10 @@ tasks that loop::
     async with client.mutex(NAME) as hold:
         ENTER; value = READ; await a little; WRITE value + 1 with hold.fence; EXIT
 
+or, with ``--recipe election``, campaign in one election and, while leading, do the same
+three times per term (``term.fence`` as the fence), then resign; a leader whose term is
+lost is cancelled and gets ``coord.LeadershipLost``, a LockLost.
+
 reporting every step to the fenced store. ``coord.LockLost`` is reported as LOST, any
 other exception as ERROR (then the task goes on, as a service would). SIGTERM closes
 the client and exits 0. SIGUSR1 writes a diagnosis to stderr (the worker's log): the
@@ -24,13 +28,16 @@ import random
 import signal
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
 
 import coord
 from coord import _keys
+
+if TYPE_CHECKING:
+    from contextlib import AbstractAsyncContextManager
 
 NAME = "faults/counter"
 
@@ -57,17 +64,22 @@ async def connect_store(endpoint: str) -> StoreClient:
     return StoreClient(await anyio.connect_tcp(host, int(port)))
 
 
-async def loop(client: coord.Client, store: StoreClient, proc: str, task: str) -> None:
-    mutex = client.mutex(NAME)
+async def loop(client: coord.Client, store: StoreClient, proc: str, task: str, recipe: str) -> None:
     while True:
         fence = 0
+        holding: AbstractAsyncContextManager[coord.Hold]
         try:
-            async with mutex as hold:
+            if recipe == "election":
+                holding = client.election(NAME).campaign(f"{proc}/{task}".encode())
+            else:
+                holding = client.mutex(NAME)
+            async with holding as hold:
                 fence = hold.fence
                 await store.ask("ENTER", proc, task, fence)
-                value = int(await store.ask("READ", proc, task, fence))
-                await anyio.sleep(random.uniform(0.005, 0.03))
-                await store.ask("WRITE", proc, task, fence, value + 1)
+                for _ in range(3 if recipe == "election" else 1):
+                    value = int(await store.ask("READ", proc, task, fence))
+                    await anyio.sleep(random.uniform(0.005, 0.03))
+                    await store.ask("WRITE", proc, task, fence, value + 1)
                 await store.ask("EXIT", proc, task, fence)
         except coord.LockLost:
             await store.ask("LOST", proc, task, fence)
@@ -126,7 +138,7 @@ async def main(args: argparse.Namespace) -> None:
         async with anyio.create_task_group() as tg:
             for number in range(args.tasks):
                 store = await connect_store(args.store)
-                tg.start_soon(loop, client, store, args.proc, f"t{number}")
+                tg.start_soon(loop, client, store, args.proc, f"t{number}", args.recipe)
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGUSR1) as signals:
                 async for received in signals:
                     if received == signal.SIGUSR1:
@@ -144,5 +156,6 @@ if __name__ == "__main__":
     parser.add_argument("--tasks", type=int, default=2)
     parser.add_argument("--ttl", type=float, default=2.0)
     parser.add_argument("--options", default="{}")
+    parser.add_argument("--recipe", choices=["mutex", "election"], default="mutex")
     anyio.run(main, parser.parse_args(), backend="asyncio")
     sys.exit(0)

@@ -1,6 +1,6 @@
-"""The fault suite: worker processes contend for one mutex through a fenced store while
-the test pauses, kills and cuts off holders, and kills and restarts servers (Jepsen's
-lock workloads; etcd's and kazoo's fault harnesses).
+"""The fault suite: worker processes contend for one mutex (or campaign in one election)
+through a fenced store while the test pauses, kills and cuts off holders, and kills and
+restarts servers (Jepsen's lock workloads; etcd's and kazoo's fault harnesses).
 
 Each worker keeps ONE client for the whole run: a client must outlive its sessions,
 recovering from every fault by itself. After every fault:
@@ -66,9 +66,13 @@ def server(kind: str) -> Iterator[EtcdServer | ZooKeeperServer]:
         yield server
 
 
-@pytest.fixture
-def run(tmp_path: Path) -> Iterator[FaultRun]:
-    run = FaultRun(tmp_path, ttl=TTL)
+@pytest.fixture(params=["mutex", "election"])
+def run(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[FaultRun]:
+    """Workers on a mutex, or campaigning in an election: then the same checks say that
+    at most one leader holds each fence, terms are strictly ordered, the deposed leader
+    is told (LeadershipLost is a LockLost), and there is a leader again (every worker
+    leads in turn) within TTL + 5 s of each fault."""
+    run = FaultRun(tmp_path, ttl=TTL, recipe=request.param)
     try:
         yield run
     finally:

@@ -152,8 +152,8 @@ class EtcdBackend(Backend):
         key = bytes(kv.key)[len(self._root) :].decode()
         return Entry(key, bytes(kv.value), kv.create_revision, kv.mod_revision, kv.lease)
 
-    def _queue_range(self, prefix: str) -> tuple[bytes, bytes]:
-        start = self._key(prefix + WAITER_MARK)
+    def _queue_range(self, prefix: str, kind: str | None = None) -> tuple[bytes, bytes]:
+        start = self._key(prefix + (kind or WAITER_MARK))
         return start, range_end(start)
 
     async def _txn(
@@ -178,8 +178,10 @@ class EtcdBackend(Backend):
 
     # -- waiter entries ------------------------------------------------------------------
 
-    def _ahead_range(self, prefix: str, limit: int | None, before: int = 0) -> Any:
-        start, end = self._queue_range(prefix)
+    def _ahead_range(
+        self, prefix: str, limit: int | None, before: int = 0, kind: str | None = None
+    ) -> Any:
+        start, end = self._queue_range(prefix, kind)
         return rpc.RequestOp(
             request_range=rpc.RangeRequest(
                 key=start,
@@ -199,30 +201,44 @@ class EtcdBackend(Backend):
         *,
         value: bytes = b"",
         ahead: int | None = 1,
+        kind: str | None = None,
     ) -> Position:
         key = self._key(prefix + waiter_id)
         put = rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value, lease=lease.id))
-        newest = self._ahead_range(prefix, None if ahead is None else ahead + 1)
+        # My key is the newest of the store: the newest entries of the range are mine (if
+        # it is of the kind asked for) and then those ahead of me.
+        counted = waiter_id.startswith(kind or WAITER_MARK)
+        limit = None if ahead is None else ahead + counted
+        ops = [put, self._ahead_range(prefix, limit, kind=kind)]
+        if not counted:
+            ops.append(rpc.RequestOp(request_range=rpc.RangeRequest(key=key)))
         reply = await self._txn(
             "register",
             [rpc.Compare(key=key, target=_CREATE, create_revision=0, result=_EQUAL)],
-            [put, newest],
+            ops,
             failure=[rpc.RequestOp(request_range=rpc.RangeRequest(key=key))],
         )
         if not reply.succeeded:  # a retry found the key that an earlier attempt created
             kvs = reply.responses[0].response_range.kvs
             if not kvs:
                 raise EntryGoneError(f"{prefix + waiter_id} vanished during registration")
-            return await self.position(self._entry(kvs[0]), ahead=ahead)
-        kvs = reply.responses[1].response_range.kvs
-        mine = self._entry(kvs[0])
+            return await self.position(self._entry(kvs[0]), ahead=ahead, kind=kind)
+        kvs = list(reply.responses[1].response_range.kvs)
+        mine = self._entry(kvs.pop(0) if counted else reply.responses[2].response_range.kvs[0])
         assert mine.key == prefix + waiter_id, "my key must be the newest of the queue"
-        return Position(mine, tuple(self._entry(kv) for kv in kvs[1:]), reply.header.revision)
+        kvs = kvs if ahead is None else kvs[:ahead]
+        return Position(mine, tuple(self._entry(kv) for kv in kvs), reply.header.revision)
 
-    async def position(self, entry: Entry, *, ahead: int | None = 1) -> Position:
+    async def position(
+        self, entry: Entry, *, ahead: int | None = 1, kind: str | None = None
+    ) -> Position:
         key = self._key(entry.key)
         prefix = entry.key[: entry.key.rindex("/") + 1]
-        ops = [] if ahead == 0 else [self._ahead_range(prefix, ahead, before=entry.revision)]
+        ops = (
+            []
+            if ahead == 0
+            else [self._ahead_range(prefix, ahead, before=entry.revision, kind=kind)]
+        )
         reply = await self._txn(
             "position",
             [rpc.Compare(key=key, target=_CREATE, create_revision=entry.revision, result=_EQUAL)],
@@ -254,6 +270,18 @@ class EtcdBackend(Backend):
             with anyio.CancelScope(shield=True):
                 for watch in watches:
                     await watch.aclose()
+
+    async def wait_changed(self, entry: Entry, *, revision: int) -> None:
+        # Every event after the read counts (puts too); a compacted start revision
+        # returns at once: the caller reads again, at a newer revision.
+        watch = await self._watches.open(self._key(entry.key), start_revision=revision + 1)
+        try:
+            await watch.notify.wait()
+            if watch.error is not None and not isinstance(watch.error, WatchCompacted):
+                raise watch.error
+        finally:
+            with anyio.CancelScope(shield=True):
+                await watch.aclose()
 
     async def delete(self, entry: Entry) -> bool:
         key = self._key(entry.key)

@@ -226,6 +226,7 @@ class ZooKeeperBackend(FaultHooks, Backend):
         *,
         value: bytes = b"",
         ahead: int | None = 1,
+        kind: str | None = None,
     ) -> Position:
         """Create my EPHEMERAL_SEQUENTIAL node and read where it stands.
 
@@ -238,16 +239,18 @@ class ZooKeeperBackend(FaultHooks, Backend):
         """
         self._check_open()
         session_id = self._session_of(lease)
-        return await self._queues.register(prefix, waiter_id, session_id, value, ahead)
+        return await self._queues.register(prefix, waiter_id, session_id, value, ahead, kind)
 
-    async def position(self, entry: Entry, *, ahead: int | None = 1) -> Position:
+    async def position(
+        self, entry: Entry, *, ahead: int | None = 1, kind: str | None = None
+    ) -> Position:
         """Read where *entry* stands. A checkpoint; one listing, plus one read per entry
         ahead returned. Nothing changes on the store, whether cancelled or not.
 
         :raises EntryGoneError: if the node no longer exists
         """
         self._check_open()
-        return await self._queues.position(entry, ahead)
+        return await self._queues.position(entry, ahead, kind)
 
     async def wait_deleted(self, keys: Sequence[str], *, revision: int) -> None:
         """Wait, with one data watch per key, until one of *keys* may be gone.
@@ -259,6 +262,16 @@ class ZooKeeperBackend(FaultHooks, Backend):
         """
         self._check_open()
         await self._queues.wait_deleted(keys, self._conn.timeout)
+
+    async def wait_changed(self, entry: Entry, *, revision: int) -> None:
+        """Wait, with one data watch, until *entry* may be deleted or written.
+
+        A checkpoint. The read that arms the watch compares the node's czxid and data
+        version with *entry*'s, so *revision* is not needed. Returns spuriously after a
+        disconnect.
+        """
+        self._check_open()
+        await self._queues.wait_changed(entry, self._conn.timeout)
 
     async def delete(self, entry: Entry) -> bool:
         """Delete *entry* if it is still the same node.

@@ -58,15 +58,20 @@ def sequence_of(name: str) -> int | None:
     return int(digits) if digits.isdigit() and len(name) > _SEQUENCE_DIGITS + 2 else None
 
 
-def nearest_before(children: list[str], name: str, limit: int | None) -> list[str] | None:
+def nearest_before(
+    children: list[str], name: str, limit: int | None, kind: str | None = None
+) -> list[str] | None:
     """The waiter nodes among *children* that come before waiter *name*, nearest first
-    (at most *limit*); None if *name* is not among them. O(n), without sorting the whole
-    queue: only the nearest are ordered."""
+    (at most *limit*; only those whose name starts with *kind*, if given); None if *name*
+    is not among them. O(n), without sorting the whole queue: only the nearest are
+    ordered."""
     mine = sequence_of(name)
     if mine is None or name not in children:
         return None
     before = []
     for child in children:
+        if kind is not None and not child.startswith(kind):
+            continue
         sequence = sequence_of(child)
         if sequence is not None and sequence < mine:
             before.append((sequence, child))

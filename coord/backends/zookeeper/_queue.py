@@ -147,6 +147,7 @@ class Queues:
         pzxid: int,
         ahead: int | None,
         known: dict[str, Entry | None] | None = None,
+        kind: str | None = None,
     ) -> Position | None:
         """My position in a listing; None if an entry ahead left meanwhile (list again).
 
@@ -154,7 +155,7 @@ class Queues:
         :raises EntryGoneError: if my node is not among *children*
         """
         prefix, _, name = self._paths.split(mine.key)
-        wanted = nearest_before(children, name, ahead)
+        wanted = nearest_before(children, name, ahead, kind)
         if wanted is None:
             raise EntryGoneError(f"{mine.key} no longer exists")
         known = known or {}
@@ -165,20 +166,26 @@ class Queues:
             return None
         return Position(mine, tuple(e for e in entries if e is not None), pzxid)
 
-    async def position(self, entry: Entry, ahead: int | None) -> Position:
+    async def position(self, entry: Entry, ahead: int | None, kind: str | None) -> Position:
         _, node, _ = self._paths.split(entry.key)
         while True:
             listing = await self.children(node)
             if listing is None:
                 raise EntryGoneError(f"{entry.key} no longer exists")
-            position = await self.place(entry, *listing, ahead)
+            position = await self.place(entry, *listing, ahead, kind=kind)
             if position is not None:
                 return position
 
     # -- registering ----------------------------------------------------------------------
 
     async def register(
-        self, prefix: str, waiter_id: str, session_id: int, value: bytes, ahead: int | None
+        self,
+        prefix: str,
+        waiter_id: str,
+        session_id: int,
+        value: bytes,
+        ahead: int | None,
+        kind: str | None,
     ) -> Position:
         node = self._paths.parent(prefix)
         # The create and the listing, pipelined (one round trip); the entries ahead of
@@ -200,7 +207,7 @@ class Queues:
                     mine = entry_of(prefix + name, value, stat)
                     listing = None
                     continue
-            position = await self.place(mine, *listing, ahead, known)
+            position = await self.place(mine, *listing, ahead, known, kind)
             if position is not None:
                 return position
             listing, known = None, {}  # an entry ahead left meanwhile: list again
@@ -271,6 +278,31 @@ class Queues:
                     if isinstance(error, BackendUnavailable):
                         return  # a disconnect: the caller re-checks, which waits for it
                     raise error from exc
+            await woken.wait()
+
+    async def wait_changed(self, entry: Entry, default_timeout: float) -> None:
+        path = self._paths.path(entry.key)
+        woken = anyio.Event()
+        # A data watch fires on a write as well as on the deletion. The read that arms it
+        # also tells whether the node already changed since the caller's read.
+        with self._watches.listening("data", [path], woken.set):
+            client = await self._conn.current(default_timeout)
+            reply = self._conn.start(
+                partial(client.get_async, path, watch=self._watches.data_watcher)
+            )
+            try:
+                _, stat = await reply.result()
+            except kz.NoNodeError:
+                return
+            except ANSWERS as exc:
+                raise self._conn.translate(exc, "watch", client) from exc
+            except Exception as exc:
+                error = self._conn.translate(exc, "watch", client)
+                if isinstance(error, BackendUnavailable):
+                    return  # a disconnect: the caller reads again, which waits for it
+                raise error from exc
+            if (stat.czxid, stat.version) != (entry.revision, entry.version):
+                return
             await woken.wait()
 
     async def delete_path(self, path: str) -> bool:

@@ -1,0 +1,294 @@
+"""Election: leader election for worker pools — campaign, proclaim, observe, run.
+
+Candidates queue exactly like mutex waiters (:mod:`coord._turns`): each registers a key
+holding its value, bound to its session, and waits for its predecessor only; the head of
+the queue leads. So candidates lead in registration order, the leader's fence is its key's
+creation revision (strictly increasing from term to term), and a leader whose session is
+lost, whose key is deleted or whose lease deadline passes is cancelled and gets
+:exc:`coord.LeadershipLost` — where etcd's ``Campaign`` could report leadership while
+holding no key (etcd #19597) and kazoo's ``Election.run`` never interrupts the leader.
+
+``observe`` reads the head of the queue, then waits for exactly that key to change or go
+(or, with no leader, for any key to appear), and reads again: level-triggered, so it
+reports "no leader" (google/trillian#1387), never the wrong one on batched writes (etcd
+#18163), and an error or a lost history only makes it read again (it never closes on
+its own).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import TYPE_CHECKING, NoReturn
+
+import anyio
+
+from . import _keys, _retry
+from ._exceptions import BackendError, BackendUnavailable, ConfigurationError, LeadershipLost
+from ._hold import Hold
+from ._locking import TaskLock
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable
+
+    from ._session import SessionSource
+    from .abc import Entry
+
+__all__ = ["Election", "Leader", "Term"]
+
+_log = logging.getLogger("coord")
+
+
+def _check_value(value: object) -> bytes:
+    if not isinstance(value, bytes | bytearray | memoryview):
+        raise ConfigurationError(f"a leader's value must be bytes, not {type(value).__name__}")
+    return bytes(value)
+
+
+@dataclass(frozen=True)
+class Leader:
+    """Who leads an election, as read from the store.
+
+    :ivar key: the leader's candidate key
+    :ivar value: the value it campaigned with (or proclaimed since)
+    :ivar fence: its term's fencing token
+    """
+
+    key: str
+    value: bytes
+    fence: int
+
+    @classmethod
+    def _of(cls, entry: Entry) -> Leader:
+        return cls(entry.key, entry.value, entry.revision)
+
+
+class Term(Hold):
+    """One term of leadership: returned by ``async with election.campaign(value)``.
+
+    :ivar fence: strictly increasing from term to term; send it with every write made as
+        leader, so that a deposed leader's late writes can be refused
+    """
+
+    _lost_error = LeadershipLost
+
+    def __repr__(self) -> str:
+        state = "lost" if self.lost else "ended" if self.released else "leading"
+        return f"<coord.Term {self.name!r} fence={self.fence} {state}>"
+
+    @property
+    def value(self) -> bytes:
+        """The leader's current value (as campaigned, or last proclaimed)."""
+        return self._entry.value
+
+    async def proclaim(self, value: bytes) -> None:
+        """Change the leader's value, only while still leading.
+
+        A checkpoint. The write is guarded: it succeeds only if my key is still the one
+        that won (same creation revision) and unchanged since my last write. Repeated
+        while the store is unreachable and the term lasts. If cancelled, the new value
+        may or may not have been written.
+
+        :raises LeadershipLost: if the term is over (the key is gone, the session lost)
+        """
+        value = _check_value(value)
+        session = self._session
+        backend = session.backend
+        for attempt in _retry.attempts():
+            if self.released:
+                raise LeadershipLost(f"{self.name!r}: the term (fence {self.fence}) has ended")
+            if self.lost:
+                raise LeadershipLost(f"{self.name!r}: not leading any more: {self._why()}")
+            try:
+                entry = await backend.compare_and_set(
+                    self.key, value, version=self._entry.version, lease=session.lease
+                )
+            except BackendUnavailable:
+                entry = None
+            if entry is not None and entry.revision == self.fence:
+                self._entry = entry
+                return
+            # Refused, or no answer: read what the key holds now.
+            try:
+                current = await session.retry(partial(backend.get, self.key))
+            except BackendError:
+                current = self._entry  # try again (the loop ends if the term does)
+            if current is None or current.revision != self.fence:
+                self._key_gone()  # the body is cancelled, the block raises LeadershipLost
+                raise LeadershipLost(f"{self.name!r}: not leading any more: {self._why()}")
+            if current.value == value and current.version != self._entry.version:
+                self._entry = current  # the write whose reply was lost did land
+                return
+            self._entry = replace(self._entry, version=current.version)
+            await _retry.backoff(attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+class _Campaign(TaskLock):
+    """``async with election.campaign(value) as term``: one candidacy."""
+
+    _what = "election"
+    _hold_type = Term
+
+    def __init__(self, source: SessionSource, name: str, value: bytes) -> None:
+        super().__init__(source, name)
+        self._campaign_value = value
+
+    def _value(self) -> bytes:
+        return self._campaign_value
+
+    async def __aenter__(self) -> Term:
+        term = await super().__aenter__()
+        assert isinstance(term, Term)
+        return term
+
+
+class Election:
+    """Leader election among the clients that campaign under one name.
+
+    Example::
+
+        election = client.election("workers/leader")
+        async with election.campaign(b"host-1") as term:
+            await lead(fence=term.fence)   # cancelled if leadership is lost
+
+        await election.run(lead, b"host-1", cooldown=1.0)   # campaign forever
+
+    :param session: where the candidate keys' lease comes from
+    :param name: slash-separated name
+    """
+
+    def __init__(self, session: SessionSource, name: str) -> None:
+        self._source = session
+        self._name = _keys.check_name(name)
+        self._prefix = _keys.prefix_of(name)
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def __repr__(self) -> str:
+        return f"<coord.Election {self._name!r}>"
+
+    def campaign(self, value: bytes) -> _Campaign:
+        """Campaign with *value*: ``async with election.campaign(value) as term:``.
+
+        Entering waits (a checkpoint) until this client leads — candidates lead in the
+        order they registered — and returns the :class:`Term`; it leads only once its own
+        key is confirmed to exist at the head of the queue. The body runs only while
+        leading: on a session loss, the key's deletion or the lease deadline passing it
+        is cancelled and the block raises :exc:`coord.LeadershipLost`. Leaving resigns:
+        the key is deleted (guarded by the fence, in a task of the session, retried).
+
+        A cancelled or failed campaign leaves no key. A task campaigns once at a time in
+        one election (asking again raises :exc:`coord.LockedError`).
+
+        :raises ConfigurationError: if *value* is not bytes (at the call)
+        """
+        return _Campaign(self._source, self._name, _check_value(value))
+
+    async def leader(self) -> Leader | None:
+        """The current leader, or None if nobody leads. A checkpoint; one read.
+
+        :raises BackendUnavailable: if the store cannot be reached
+        """
+        listing = await self._source.backend.entries(self._prefix, limit=1)
+        return Leader._of(listing.entries[0]) if listing.entries else None
+
+    def observe(self) -> AsyncIterator[Leader | None]:
+        """Follow the leader: ``async for leader in election.observe():``.
+
+        Yields the current leader first (None when nobody leads), then every change:
+        a new leader, a proclaimed value, no leader. Level-triggered and de-duplicated:
+        each value yielded was read from the store, never a state already yielded.
+        Survives store outages, restarts, lost watch history and new sessions (it reads
+        again and carries on); raises :exc:`coord.ClosedError` when the client closes.
+        Needs no session of its own.
+        """
+        return _Observer(self._source, self._prefix)
+
+    async def run(
+        self,
+        fn: Callable[[Term], Awaitable[object]],
+        value: bytes,
+        *,
+        cooldown: float = 0.0,
+    ) -> NoReturn:
+        """Campaign, run ``fn(term)`` while leading, and campaign again, until cancelled.
+
+        After a loss (``fn`` is cancelled, :exc:`coord.LeadershipLost` is logged) or
+        after ``fn`` returns (resigning), wait *cooldown* seconds before campaigning
+        again, so that a node that steps down does not win again at once. Logs one
+        "leading" line when a term starts and one "stopped leading" line when it ends,
+        always in pairs. An exception from *fn* resigns and propagates.
+
+        :raises ConfigurationError: for a bad *value* or *cooldown* (at the call)
+        """
+        value = _check_value(value)
+        if isinstance(cooldown, bool) or not isinstance(cooldown, int | float):
+            raise ConfigurationError(f"cooldown must be a number of seconds, not {cooldown!r}")
+        if not (math.isfinite(cooldown) and cooldown >= 0):
+            raise ConfigurationError(f"cooldown must be >= 0 seconds, not {cooldown!r}")
+        while True:
+            try:
+                async with self.campaign(value) as term:
+                    _log.info("coord: %s: leading (term %d)", self._name, term.fence)
+                    try:
+                        await fn(term)
+                    finally:
+                        _log.info("coord: %s: stopped leading (term %d)", self._name, term.fence)
+            except LeadershipLost as exc:
+                _log.warning("coord: %s: %s; campaigning again", self._name, exc)
+            await anyio.sleep(cooldown)
+
+
+class _Observer:
+    """The iterator behind :meth:`Election.observe` (not a generator: leaving the loop
+    early leaves nothing to finalize)."""
+
+    def __init__(self, source: SessionSource, prefix: str) -> None:
+        self._source = source
+        self._prefix = prefix
+        self._seen: tuple[Entry | None, int] | None = None  # what was read, at which revision
+        self._last: Leader | None = None
+        self._yielded = False
+
+    def __aiter__(self) -> _Observer:
+        return self
+
+    async def __anext__(self) -> Leader | None:
+        backend = self._source.backend
+        attempt = 0
+        while True:
+            if self._seen is not None:
+                try:
+                    await self._wait(*self._seen)
+                except BackendError:
+                    await _retry.backoff(attempt)  # read again, then watch again
+                    attempt += 1
+            try:
+                listing = await backend.entries(self._prefix, limit=1)
+            except BackendError:
+                await _retry.backoff(attempt)
+                attempt += 1
+                self._seen = None
+                continue
+            attempt = 0
+            head = listing.entries[0] if listing.entries else None
+            self._seen = (head, listing.revision)
+            leader = Leader._of(head) if head is not None else None
+            if not self._yielded or leader != self._last:
+                self._last, self._yielded = leader, True
+                return leader
+
+    async def _wait(self, head: Entry | None, revision: int) -> None:
+        """Until the leader read at *revision* may have changed."""
+        backend = self._source.backend
+        if head is not None:
+            await backend.wait_changed(head, revision=revision)
+            return
+        async with backend.watch(self._prefix, revision=revision) as changes:
+            async for _ in changes:
+                return

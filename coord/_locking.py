@@ -1,0 +1,226 @@
+"""TaskLock: what Mutex, Semaphore and the two sides of RWLock share — a hold per task.
+
+A lock recipe is held by a *task*: ``acquire`` in one task and ``release`` in another is
+refused (trio's rule). One client keeps, per name, which of its tasks hold or wait, so
+that a task asking again for a name it already holds — through the same object or another
+one of the same client — gets a clear :exc:`coord.LockedError` instead of waiting on
+itself forever; or, for a mutex made with ``reentrant=True``, enters again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from anyio import get_current_task
+
+from . import _keys
+from ._exceptions import LockedError, NotOwnerError
+from ._hold import Hold
+from ._turns import EXCLUSIVE, Rule, try_turn, wait_turn
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import TracebackType
+
+    from ._session import SessionSource
+    from .abc import Position
+
+__all__ = ["TaskLock", "identity"]
+
+
+@dataclass
+class _Claim:
+    """One task's hold (or wait) on one name, through one client."""
+
+    lock: TaskLock
+    hold: Hold | None = None
+    depth: int = 0
+
+
+# Per session source (one client), per (prefix, task id): the claim.
+_claims: weakref.WeakKeyDictionary[SessionSource, dict[tuple[str, int], _Claim]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def identity(name: str | None = None) -> dict[str, object]:
+    """Who a waiter is: host, pid and the client's name (``connect(..., identity=)``)."""
+    who: dict[str, object] = {"host": socket.gethostname(), "pid": os.getpid()}
+    if name:
+        who["name"] = name
+    return who
+
+
+class TaskLock:
+    """A recipe whose holds belong to tasks. Subclasses say what their turn is."""
+
+    #: How the recipe calls itself in messages.
+    _what = "lock"
+
+    def __init__(self, source: SessionSource, name: str, *, reentrant: bool = False) -> None:
+        if not isinstance(reentrant, bool):
+            raise TypeError(f"reentrant must be a bool, not {reentrant!r}")
+        self._source = source
+        self._name = _keys.check_name(name)
+        self._prefix = _keys.prefix_of(name)
+        self._reentrant = reentrant
+        self._waiting = 0
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    # -- what subclasses decide -----------------------------------------------------------
+
+    _rule: Rule = EXCLUSIVE
+    _hold_type: type[Hold] = Hold
+
+    def _value(self) -> bytes:
+        """The value of my waiter key: who I am (and what the recipe needs to record)."""
+        who = getattr(self._source, "identity", None) or identity()
+        return json.dumps(who, separators=(",", ":")).encode()
+
+    def _waiter_id(self) -> Callable[[], str] | None:
+        return None
+
+    def _check(self, position: Position) -> None:
+        """Called with every position read while waiting; may raise."""
+
+    # -- claims ---------------------------------------------------------------------------
+
+    def _claims(self) -> dict[tuple[str, int], _Claim]:
+        claims = _claims.get(self._source)
+        if claims is None:
+            claims = _claims[self._source] = {}
+        return claims
+
+    def _claim(self) -> _Claim | None:
+        return self._claims().get((self._prefix, get_current_task().id))
+
+    def _held(self) -> list[Hold]:
+        return [
+            c.hold
+            for (prefix, _), c in self._claims().items()
+            if prefix == self._prefix and c.lock is self and c.hold is not None
+        ]
+
+    def locked(self) -> bool:
+        """Whether a task of this process holds it through this object. Local state only:
+        says nothing of other processes. Not a checkpoint."""
+        return bool(self._held())
+
+    # -- acquire and release --------------------------------------------------------------
+
+    def _enter_again(self) -> Hold | None:
+        """The hold to enter again (reentrant), None if there is none; raises if the task
+        would wait on itself."""
+        claim = self._claim()
+        if claim is None:
+            return None
+        if claim.hold is not None and self._reentrant and claim.lock._reentrant:
+            claim.depth += 1
+            return claim.hold
+        how = "through this object" if claim.lock is self else f"through {claim.lock!r}"
+        raise LockedError(
+            f"this task already holds or waits for {self._name!r} ({how}): it would wait "
+            f"on itself" + ("" if self._reentrant else " (use reentrant=True to enter again)")
+        )
+
+    async def acquire(self) -> Hold:
+        """Wait for my turn in FIFO order and return the :class:`Hold`.
+
+        A checkpoint. Waits through store outages and session losses (a waiter whose
+        session is lost registers again on the next one). If cancelled, nothing is held
+        and the waiter key is deleted by a task of the session (under anyio and native
+        asyncio cancellation alike).
+
+        :raises LockedError: if this task already holds or waits for this name through
+            this client (unless re-entering a reentrant mutex)
+        :raises SessionExpiredError: if the session is lost and no new one follows
+        """
+        return await self._take(wait=True)
+
+    async def try_acquire(self) -> Hold:
+        """Take it if it is free for me now, else raise at once.
+
+        A checkpoint; one round trip, or two when it is taken (the key is removed).
+
+        :raises LockedError: if it is taken
+        :raises BackendUnavailable: if the store cannot be reached (nothing is left)
+        """
+        return await self._take(wait=False)
+
+    async def _take(self, *, wait: bool) -> Hold:
+        again = self._enter_again()
+        if again is not None:
+            return again
+        claims = self._claims()
+        key = (self._prefix, get_current_task().id)
+        claim = claims[key] = _Claim(self)
+        self._waiting += 1
+        try:
+            turn = wait_turn if wait else try_turn
+            hold = await turn(
+                self._source,
+                self._name,
+                self._prefix,
+                self._rule,
+                value=self._value(),
+                waiter_id=self._waiter_id(),
+                check=self._check,
+                hold_type=self._hold_type,
+            )
+        except BaseException:
+            claims.pop(key, None)
+            raise
+        finally:
+            self._waiting -= 1
+        claim.hold, claim.depth = hold, 1
+        return hold
+
+    async def release(self) -> None:
+        """Release what the current task holds (the outermost release of a reentrant
+        mutex; inner ones only count down).
+
+        The delete runs in a task of the session: cancelling this call (anyio or native
+        asyncio) does not stop it, and a failed delete is retried in the background.
+
+        :raises NotOwnerError: if the current task does not hold it through this object
+        :raises LockLost: if it had been lost before this release
+        """
+        claim = self._claim()
+        if claim is None or claim.hold is None or (claim.lock is not self and not self._reentrant):
+            raise NotOwnerError(f"{self._what} {self._name!r} is not held by this task")
+        claim.depth -= 1
+        if claim.depth > 0:
+            return
+        self._claims().pop((self._prefix, get_current_task().id), None)
+        await claim.hold._end()
+
+    async def __aenter__(self) -> Hold:
+        claim = self._claim()
+        depth = claim.depth if claim is not None else 0
+        hold = await self.acquire()
+        if depth == 0:
+            hold._enter_body()  # the outermost block runs in the scope a loss cancels
+        return hold
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> bool:
+        claim = self._claim()
+        if claim is None or claim.hold is None:
+            raise NotOwnerError(f"{self._what} {self._name!r} is not held by this task")
+        swallowed = claim.hold._exit_body(exc_type, exc_val, exc_tb) if claim.depth == 1 else False
+        # Raises LockLost if it was lost (the body's exception becomes its context);
+        # otherwise the body's own exception propagates untouched.
+        await self.release()
+        return swallowed

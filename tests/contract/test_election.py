@@ -1,0 +1,275 @@
+"""The Election conformance suite, run on every backend: order and fences, confirmation,
+loss (body cancelled, LeadershipLost), resign, proclaim, cancelled campaigns, observe and
+the run() supervisor. Each test is written against a bug of etcd's Election, Curator's
+LeaderLatch, kazoo's Election or client-go's leader election (issue 7)."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+import coord
+from coord.testing import drop_key, expire_session, wait_for_waiters
+from coord.testing._faults import _wait_for_queue as wait_for_queue
+
+from ._recorder import Recorder
+
+if TYPE_CHECKING:
+    from anyio.abc import ObjectReceiveStream, ObjectSendStream
+
+pytestmark = pytest.mark.anyio
+
+
+async def candidate_keys(client: coord.Client, name: str) -> list[str]:
+    return [e.key for e in (await client.backend.entries(name + "/")).entries]
+
+
+async def test_candidates_lead_in_order_with_increasing_fences(
+    clients: list[coord.Client],
+) -> None:
+    led: Recorder[tuple[bytes, int]] = Recorder()
+    release = [anyio.Event() for _ in clients]
+
+    async def candidate(i: int) -> None:
+        async with clients[i].election("order").campaign(b"c%d" % i) as term:
+            assert term.value == b"c%d" % i
+            leader = await clients[i].election("order").leader()
+            assert leader == coord.Leader(term.key, term.value, term.fence)
+            led.append((term.value, term.fence))
+            await release[i].wait()
+
+    with anyio.fail_after(15):
+        async with anyio.create_task_group() as tg:
+            for i in range(4):
+                tg.start_soon(candidate, i)
+                await wait_for_waiters(clients[0], "order", i + 1)
+            for i in range(4):
+                await led.wait_for(lambda items: len(items) > i)  # noqa: B023
+                assert [v for v, _ in led.items] == [b"c%d" % j for j in range(i + 1)]
+                release[i].set()
+    fences = [f for _, f in led.items]
+    assert fences == sorted(set(fences)), "fences must strictly increase from term to term"
+    assert await clients[0].election("order").leader() is None
+    assert await candidate_keys(clients[0], "order") == []
+
+
+@pytest.mark.parametrize("fault", ["session expired", "key deleted"])
+async def test_loss_cancels_the_leader_and_raises_leadership_lost(
+    clients: list[coord.Client], fault: str
+) -> None:
+    a, b, _, _ = clients
+    reached = False
+    with anyio.fail_after(15):
+        with pytest.raises(coord.LeadershipLost) as raised:
+            async with a.election("loss").campaign(b"a") as term:
+                if fault == "key deleted":
+                    await drop_key(a, term.key)
+                else:
+                    await expire_session(a)
+                await anyio.sleep_forever()
+                reached = True
+        assert isinstance(raised.value, coord.LockLost)
+        assert not reached
+        assert term.lost
+        # Nobody stays in charge by mistake: the next candidate leads.
+        async with b.election("loss").campaign(b"b") as next_term:
+            assert next_term.fence > term.fence
+            leader = await b.election("loss").leader()
+            assert leader is not None
+            assert leader.value == b"b"
+
+
+async def test_loss_then_exit_without_checkpoint_is_leadership_lost(
+    clients: list[coord.Client],
+) -> None:
+    a = clients[0]
+    with anyio.fail_after(10), pytest.raises(coord.LeadershipLost):
+        async with a.election("silent").campaign(b"a") as term:
+            await drop_key(a, term.key)
+            with anyio.CancelScope(shield=True):  # no cancellation point after this
+                await term.wait_lost()
+
+
+async def test_resign_deletes_the_key_and_hands_over(clients: list[coord.Client]) -> None:
+    a, b, _, _ = clients
+    followed: list[int] = []
+
+    async def follower() -> None:
+        async with b.election("resign").campaign(b"b") as term:
+            followed.append(term.fence)
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            async with a.election("resign").campaign(b"a") as term:
+                tg.start_soon(follower)
+                await wait_for_waiters(a, "resign", 2)
+                assert (await candidate_keys(a, "resign"))[0] == term.key
+                assert followed == []
+    assert followed
+    assert followed[0] > term.fence
+    assert await candidate_keys(a, "resign") == []
+    assert term.released
+    assert not term.lost
+
+
+async def test_proclaim_changes_the_value_only_while_leading(
+    clients: list[coord.Client],
+) -> None:
+    a, b, _, _ = clients
+    election = a.election("proclaim")
+    async with election.campaign(b"one") as term:
+        await term.proclaim(b"two")
+        assert term.value == b"two"
+        leader = await b.election("proclaim").leader()
+        assert leader == coord.Leader(term.key, b"two", term.fence)
+        await term.proclaim(b"three")
+        assert (await election.leader()) == coord.Leader(term.key, b"three", term.fence)
+    with pytest.raises(coord.LeadershipLost, match="ended"):
+        await term.proclaim(b"late")
+    with anyio.fail_after(10), pytest.raises(coord.LeadershipLost):
+        async with election.campaign(b"one") as term:
+            await drop_key(a, term.key)
+            with anyio.CancelScope(shield=True):  # the body is cancelled; proclaim refuses
+                with pytest.raises(coord.LeadershipLost):
+                    await term.proclaim(b"zombie")
+    assert await election.leader() is None
+
+
+async def test_a_cancelled_campaign_leaves_no_key(clients: list[coord.Client]) -> None:
+    a, b, _, _ = clients
+    async with a.election("cancel").campaign(b"a"):
+        with anyio.move_on_after(10):
+            async with anyio.create_task_group() as tg:
+
+                async def hopeless() -> None:
+                    async with b.election("cancel").campaign(b"b"):
+                        pytest.fail("led while another leads")
+
+                tg.start_soon(hopeless)
+                await wait_for_waiters(a, "cancel", 2)
+                tg.cancel_scope.cancel()
+        with anyio.fail_after(10):
+            await wait_for_queue(a, "cancel", lambda n: n == 1)
+    assert await candidate_keys(a, "cancel") == []
+
+
+async def test_bad_values_are_refused_at_the_call(clients: list[coord.Client]) -> None:
+    election = clients[0].election("bad")
+    with pytest.raises(coord.ConfigurationError, match="bytes"):
+        election.campaign("text")  # type: ignore[arg-type]
+    with pytest.raises(coord.ConfigurationError, match="cooldown"):
+        await election.run(anyio.sleep_forever, b"x", cooldown=-1)  # type: ignore[arg-type]
+    with pytest.raises(coord.ConfigurationError):
+        clients[0].election("bad//name")
+    assert await candidate_keys(clients[0], "bad") == []
+
+
+async def test_a_task_campaigning_twice_gets_an_error(clients: list[coord.Client]) -> None:
+    election = clients[0].election("twice")
+    async with election.campaign(b"a"):
+        with pytest.raises(coord.LockedError, match="wait on itself"):
+            async with election.campaign(b"a"):
+                pass
+
+
+async def next_leader(
+    receive: ObjectReceiveStream[coord.Leader | None],
+) -> coord.Leader | None:
+    with anyio.fail_after(10):
+        return await receive.receive()
+
+
+async def test_observe_from_no_leader_through_two_terms(clients: list[coord.Client]) -> None:
+    a, b, c, _ = clients
+    send, receive = anyio.create_memory_object_stream[coord.Leader | None](100)
+
+    async def observe(send: ObjectSendStream[coord.Leader | None]) -> None:
+        async with send:
+            async for leader in c.election("observe").observe():
+                await send.send(leader)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(observe, send)
+        assert await next_leader(receive) is None
+        async with a.election("observe").campaign(b"a") as first:
+            assert await next_leader(receive) == coord.Leader(first.key, b"a", first.fence)
+            await first.proclaim(b"a2")
+            assert await next_leader(receive) == coord.Leader(first.key, b"a2", first.fence)
+        assert await next_leader(receive) is None
+        with pytest.raises(coord.LeadershipLost):
+            async with b.election("observe").campaign(b"b") as second:
+                assert await next_leader(receive) == coord.Leader(second.key, b"b", second.fence)
+                await drop_key(b, second.key)  # a term lost, not resigned: seen all the same
+                await anyio.sleep_forever()
+        assert await next_leader(receive) is None
+        tg.cancel_scope.cancel()
+    assert second.lost
+    with receive:
+        extra = [item async for item in receive]
+    assert extra == [], "yielded twice, or made up"
+
+
+async def test_observe_deduplicates(clients: list[coord.Client]) -> None:
+    a, _, c, _ = clients
+    seen: Recorder[coord.Leader | None] = Recorder()
+    async with a.election("dedup").campaign(b"a") as term:
+        async with anyio.create_task_group() as tg:
+
+            async def observe() -> None:
+                async for leader in c.election("dedup").observe():
+                    seen.append(leader)
+
+            tg.start_soon(observe)
+            await seen.wait_for(bool)
+            for value in (b"x", b"x2"):
+                await term.proclaim(value)
+            last = coord.Leader(term.key, b"x2", term.fence)
+            await seen.wait_for(lambda items: bool(items) and items[-1] == last)
+            await anyio.sleep(0.3)
+            tg.cancel_scope.cancel()
+    values = [s.value if s else None for s in seen.items]
+    assert values[0] == b"a"
+    assert len(values) == len(set(values)), f"a state was yielded twice: {values}"
+
+
+async def test_run_campaigns_again_after_a_loss_and_after_returning(
+    clients: list[coord.Client], caplog: pytest.LogCaptureFixture
+) -> None:
+    a = clients[0]
+    election = a.election("run")
+    terms: Recorder[coord.Term] = Recorder()
+    started = anyio.Event()
+
+    async def lead(term: coord.Term) -> None:
+        nonlocal started
+        terms.append(term)
+        started.set()
+        if len(terms) == 2:
+            return  # steps down: run campaigns again after the cooldown
+        await anyio.sleep_forever()
+
+    caplog.set_level(logging.INFO, logger="coord")
+    with anyio.fail_after(15):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: election.run(lead, b"me", cooldown=0.05))
+            await started.wait()
+            started = anyio.Event()
+            await drop_key(a, terms.items[0].key)  # lost: run must campaign again by itself
+            await terms.wait_for(lambda items: len(items) >= 3)
+            tg.cancel_scope.cancel()
+    first, second, third = terms.items[:3]
+    assert first.lost
+    assert not second.lost, "returning from fn resigns"
+    assert first.fence < second.fence < third.fence
+    lines = [r.getMessage() for r in caplog.records if "run" in r.getMessage()]
+    starts = [m for m in lines if "stopped leading" not in m and "leading (term" in m]
+    stops = [m for m in lines if "stopped leading" in m]
+    assert len(starts) == 3
+    assert len(stops) == 3, "every start must be paired with a stop"
+    for term in terms.items:
+        assert any(f"term {term.fence})" in m for m in starts)
+        assert any(f"term {term.fence})" in m for m in stops)
