@@ -25,6 +25,7 @@ from ._exceptions import LockLost as LockLost
 from ._exceptions import NoLeaderError as NoLeaderError
 from ._exceptions import NotLeaderError as NotLeaderError
 from ._exceptions import NotOwnerError as NotOwnerError
+from ._exceptions import ResyncNeeded as ResyncNeeded
 from ._exceptions import SessionExpiredError as SessionExpiredError
 from ._hold import Hold as Hold
 from ._mutex import Mutex as Mutex
@@ -32,6 +33,7 @@ from ._mutex import MutexStatistics as MutexStatistics
 from ._rwlock import RWLock as RWLock
 from ._semaphore import Semaphore as Semaphore
 from ._session import Session as Session
+from ._waiters import Waiter as Waiter
 
 __all__ = [
     "BackendError",
@@ -54,10 +56,12 @@ __all__ = [
     "NotLeaderError",
     "NotOwnerError",
     "RWLock",
+    "ResyncNeeded",
     "Semaphore",
     "Session",
     "SessionExpiredError",
     "Term",
+    "Waiter",
     "connect",
 ]
 

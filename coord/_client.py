@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import sniffio
 from anyio.abc import AsyncResource
 
+from . import _waiters
 from ._election import Election
 from ._exceptions import ClosedError, ConfigurationError
 from ._keeper import SessionKeeper, SessionStatistics
@@ -63,14 +64,24 @@ class Client(AsyncResource):
     :param backend: an unopened backend; the client opens and closes it
     :param ttl: each session's lease TTL in seconds
     :param renew: open a new session when the current one is lost
-    :raises ConfigurationError: for a TTL the store does not accept
+    :param identity: a name for this client, recorded (with host and pid) in every waiter
+        key it registers, so that ``await mutex.waiters()`` can say who holds and waits
+    :raises ConfigurationError: for a TTL the store does not accept, or a bad identity
     """
 
-    def __init__(self, backend: Backend, *, ttl: float = 10.0, renew: bool = True) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        ttl: float = 10.0,
+        renew: bool = True,
+        identity: str | None = None,
+    ) -> None:
         if not isinstance(renew, bool):
             raise ConfigurationError(f"renew must be True or False, not {renew!r}")
         self._backend = backend
-        self._keeper = SessionKeeper(backend, ttl=ttl, renew=renew)
+        who = _waiters.identity(_waiters.check_identity(identity))
+        self._keeper = SessionKeeper(backend, ttl=ttl, renew=renew, identity=who)
         self._entered = False
 
     def __repr__(self) -> str:
@@ -175,7 +186,12 @@ class Client(AsyncResource):
 
 
 def connect(
-    url: str | None = None, *, ttl: float = 10.0, renew: bool = True, **options: Any
+    url: str | None = None,
+    *,
+    ttl: float = 10.0,
+    renew: bool = True,
+    identity: str | None = None,
+    **options: Any,
 ) -> Client:
     """Make a client for the store at *url*; use it with ``async with``.
 
@@ -193,6 +209,8 @@ def connect(
     :param ttl: seconds the store keeps this client's keys after its last keepalive
     :param renew: open a new session when the current one is lost (the default); False
         makes the first loss final
+    :param identity: a name for this client, recorded in its waiter keys (see
+        :meth:`coord.Mutex.waiters`)
     :param options: backend options (see the backend classes, e.g. TLS files for etcd)
     :raises ConfigurationError: for a bad URL, TTL or option, a missing extra, or an
         asyncio-only store used under trio
@@ -201,6 +219,7 @@ def connect(
         url = os.environ.get("COORD_URL")
         if not url:
             raise ConfigurationError("no URL given and COORD_URL is not set")
+    _waiters.check_identity(identity)
     parsed = parse_url(url)
     module_name, class_name = SCHEMES[parsed.scheme]
     try:
@@ -214,7 +233,7 @@ def connect(
     if not backend_class.any_event_loop:
         _check_event_loop(backend_class)
     backend: Backend = backend_class.from_url(parsed, **options)
-    return Client(backend, ttl=ttl, renew=renew)
+    return Client(backend, ttl=ttl, renew=renew, identity=identity)
 
 
 def _check_event_loop(backend: Backend | type[Backend]) -> None:

@@ -6,7 +6,8 @@
     ├── ConfigurationError    + ValueError   bad URL, name or option, raised at the call
     ├── BackendError                         the store answered with an error
     │   ├── BackendUnavailable + OSError     no member of the store could be reached
-    │   └── EntryGoneError    + LookupError  (backend contract) a waiter entry no longer exists
+    │   ├── EntryGoneError    + LookupError  (backend contract) a waiter entry no longer exists
+    │   └── ResyncNeeded                     (backend contract) a watch lost history: re-read
     ├── SessionExpiredError   + anyio.BrokenResourceError
     │   └── LockLost                         a held lock was lost (``async with`` body cancelled)
     │       └── LeadershipLost
@@ -37,6 +38,7 @@ __all__ = [
     "NoLeaderError",
     "NotLeaderError",
     "NotOwnerError",
+    "ResyncNeeded",
     "SessionExpiredError",
 ]
 
@@ -59,6 +61,13 @@ class BackendUnavailable(BackendError, OSError):
 
 class EntryGoneError(BackendError, LookupError):
     """A waiter entry no longer exists (backend contract: :meth:`coord.abc.Backend.position`)."""
+
+
+class ResyncNeeded(BackendError):
+    """A watch cannot deliver every change after the revision asked for: etcd compacted
+    that history, ZooKeeper keeps none, a memory watcher fell behind. Read again, then
+    watch from the revision of that read (backend contract: :meth:`coord.abc.Backend.watch`).
+    """
 
 
 class SessionExpiredError(CoordError, anyio.BrokenResourceError):

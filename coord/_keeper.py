@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import AsyncResource, TaskGroup
 
-from . import _retry
+from . import _retry, _waiters
 from ._exceptions import ClosedError, SessionExpiredError
 from ._session import Session, SessionSource, check_ttl
 
@@ -70,9 +70,17 @@ class SessionKeeper(SessionSource, AsyncResource):
     :param renew: open a new session when the current one is lost
     """
 
-    def __init__(self, backend: Backend, *, ttl: float = 10.0, renew: bool = True) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        ttl: float = 10.0,
+        renew: bool = True,
+        identity: dict[str, Any] | None = None,
+    ) -> None:
         if not isinstance(renew, bool):
             raise TypeError(f"renew must be a bool, not {renew!r}")
+        self.identity = identity if identity is not None else _waiters.identity()
         self._backend = backend
         self._ttl = check_ttl(ttl, backend)
         self.renews = renew

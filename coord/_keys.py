@@ -17,7 +17,14 @@ import uuid
 
 from ._exceptions import ConfigurationError
 
-__all__ = ["WAITER_MARK", "check_name", "new_waiter_id", "prefix_of"]
+__all__ = [
+    "WAITER_MARK",
+    "check_name",
+    "check_plain_key",
+    "is_waiter",
+    "new_waiter_id",
+    "prefix_of",
+]
 
 #: First character of every waiter id; never the first character of a name segment.
 WAITER_MARK = "@"
@@ -69,3 +76,22 @@ def prefix_of(name: str) -> str:
 def new_waiter_id() -> str:
     """A fresh waiter id: unique per acquire attempt, never per session (etcd #10756)."""
     return f"{WAITER_MARK}{uuid.uuid4().hex}"
+
+
+def is_waiter(key: str, prefix: str | None = None) -> bool:
+    """Whether *key* is a waiter key (of *prefix*, if given): its last segment starts
+    with ``@``."""
+    parent, _, last = key.rpartition("/")
+    if prefix is not None and parent + "/" != prefix:
+        return False
+    return last.startswith(WAITER_MARK)
+
+
+def check_plain_key(key: str, what: str) -> None:
+    """Refuse to create a waiter key (or a key under one) by a plain write: only
+    ``register`` makes them."""
+    if any(segment.startswith(WAITER_MARK) for segment in key.split("/")):
+        raise ConfigurationError(
+            f"{what} {key!r}: keys with a segment starting with {WAITER_MARK!r} are waiter "
+            "entries; only register() creates them"
+        )

@@ -10,8 +10,6 @@ itself forever; or, for a mutex made with ``reentrant=True``, enters again.
 from __future__ import annotations
 
 import json
-import os
-import socket
 import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -22,15 +20,16 @@ from . import _keys
 from ._exceptions import LockedError, NotOwnerError
 from ._hold import Hold
 from ._turns import EXCLUSIVE, Rule, try_turn, wait_turn
+from ._waiters import Waiter
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from types import TracebackType
 
     from ._session import SessionSource
-    from .abc import Position
+    from .abc import Entry, Position
 
-__all__ = ["TaskLock", "identity"]
+__all__ = ["TaskLock"]
 
 
 @dataclass
@@ -46,14 +45,6 @@ class _Claim:
 _claims: weakref.WeakKeyDictionary[SessionSource, dict[tuple[str, int], _Claim]] = (
     weakref.WeakKeyDictionary()
 )
-
-
-def identity(name: str | None = None) -> dict[str, object]:
-    """Who a waiter is: host, pid and the client's name (``connect(..., identity=)``)."""
-    who: dict[str, object] = {"host": socket.gethostname(), "pid": os.getpid()}
-    if name:
-        who["name"] = name
-    return who
 
 
 class TaskLock:
@@ -82,8 +73,12 @@ class TaskLock:
 
     def _value(self) -> bytes:
         """The value of my waiter key: who I am (and what the recipe needs to record)."""
-        who = getattr(self._source, "identity", None) or identity()
-        return json.dumps(who, separators=(",", ":")).encode()
+        return json.dumps(self._source.identity, separators=(",", ":")).encode()
+
+    def _rule_for(self, entry: Entry) -> Rule:
+        """The rule of the recipe side that registered *entry* (a read-write lock's
+        queue holds both kinds)."""
+        return self._rule
 
     def _waiter_id(self) -> Callable[[], str] | None:
         return None
@@ -108,6 +103,29 @@ class TaskLock:
             for (prefix, _), c in self._claims().items()
             if prefix == self._prefix and c.lock is self and c.hold is not None
         ]
+
+    async def waiters(self) -> list[Waiter]:
+        """Everyone in the queue, in order: who holds, then who waits, with fences and
+        identities (host, pid, client name). A checkpoint; one read of the store.
+
+        :raises BackendUnavailable: if the store cannot be reached
+        """
+        listing = await self._source.backend.entries(self._prefix)
+        entries = listing.entries
+        waiters = []
+        for index, entry in enumerate(entries):
+            rule = self._rule_for(entry)
+            counted = [
+                e
+                for e in entries[:index]
+                if rule.kind is None or e.key.rpartition("/")[2].startswith(rule.kind)
+            ]
+            waiters.append(Waiter._of(entry, len(counted) < rule.limit))
+        return waiters
+
+    async def holders(self) -> list[Waiter]:
+        """The entries that hold now (see :meth:`waiters`). A checkpoint."""
+        return [w for w in await self.waiters() if w.holding]
 
     def locked(self) -> bool:
         """Whether a task of this process holds it through this object. Local state only:

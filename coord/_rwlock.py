@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING
 
 from . import _keys
 from ._locking import TaskLock
-from ._turns import Rule
+from ._turns import EXCLUSIVE, Rule
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ._session import SessionSource
+    from .abc import Entry
 
 __all__ = ["RWLock"]
 
@@ -29,8 +30,15 @@ _READER = _keys.WAITER_MARK + "r"
 _WRITER = _keys.WAITER_MARK + "w"
 
 
+_READ_RULE = Rule(kind=_WRITER)  # a reader counts only the writers ahead of it
+
+
 class _Side(TaskLock):
     _mark = ""
+
+    def _rule_for(self, entry: Entry) -> Rule:
+        reader = entry.key.rpartition("/")[2].startswith(_READER)
+        return _READ_RULE if reader else EXCLUSIVE
 
     def __repr__(self) -> str:
         return f"<coord.RWLock {self._name!r} {self._what} held here={len(self._held())}>"
@@ -44,7 +52,7 @@ class _Read(_Side):
     _what = "read lock"
     _mark = _READER
     # Only writers count: my turn comes when no writer is ahead of me.
-    _rule = Rule(kind=_WRITER)
+    _rule = _READ_RULE
 
 
 class _Write(_Side):

@@ -17,7 +17,7 @@ import json
 from typing import TYPE_CHECKING
 
 from ._exceptions import ConfigurationError
-from ._locking import TaskLock, identity
+from ._locking import TaskLock
 from ._turns import Rule
 
 if TYPE_CHECKING:
@@ -73,8 +73,8 @@ class Semaphore(TaskLock):
         return f"<coord.Semaphore {self._name!r} limit={self._limit} held here={len(self._held())}>"
 
     def _value(self) -> bytes:
-        who = getattr(self._source, "identity", None) or identity()
-        return json.dumps({**who, "limit": self._limit}, separators=(",", ":")).encode()
+        who = {**self._source.identity, "limit": self._limit}
+        return json.dumps(who, separators=(",", ":")).encode()
 
     def _check(self, position: Position) -> None:
         for entry in position.ahead:

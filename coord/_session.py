@@ -32,6 +32,7 @@ from ._exceptions import (
     EntryGoneError,
     SessionExpiredError,
 )
+from ._waiters import identity
 from .abc import Entry
 
 if TYPE_CHECKING:
@@ -74,6 +75,8 @@ class SessionSource(ABC):
     """
 
     renews: bool = False
+    #: Who this client is, recorded in its waiter keys (host, pid, name).
+    identity: dict[str, Any]
 
     @property
     @abstractmethod
@@ -107,6 +110,7 @@ class Session(SessionSource, AsyncResource):
     """
 
     def __init__(self, backend: Backend, *, ttl: float = 10.0) -> None:
+        self.identity = identity()
         self._ttl = check_ttl(ttl, backend)
         self._backend = backend
         self._lease: Lease | None = None

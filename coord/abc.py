@@ -234,10 +234,11 @@ class Backend(AsyncResource):
 
     @abstractmethod
     async def wait_deleted(self, keys: Sequence[str], *, revision: int) -> None:
-        """Return once one of *keys* may have been deleted after *revision*.
+        """Return once one of *keys* may have been deleted after *revision*, the store
+        revision at which the caller read them (they existed then).
 
-        Returns at once if one of them no longer exists. May return spuriously (after a
-        watch could not be resumed, or a ZooKeeper disconnect): callers re-check with
+        Returns at once if that deletion already happened. May return spuriously (after
+        a watch could not be resumed, or a ZooKeeper disconnect): callers re-check with
         :meth:`position`. Waits on the store's watch; never polls.
         """
 
@@ -265,11 +266,19 @@ class Backend(AsyncResource):
 
     @abstractmethod
     async def get(self, key: str) -> Entry | None:
-        """Read one key, or None if it does not exist."""
+        """Read one key (a plain key or a waiter entry), or None if it does not exist."""
 
     @abstractmethod
     async def put(self, key: str, value: bytes, *, lease: Lease | None = None) -> Entry:
-        """Write one key unconditionally."""
+        """Write one plain key unconditionally: create it, or set its value.
+
+        *lease* binds the key only when this write creates it; an existing key keeps
+        its binding (ZooKeeper cannot move a node to another session, so no store does).
+
+        :raises ConfigurationError: for a waiter key (a last segment starting with
+            ``@``): only :meth:`register` creates those, so that :meth:`entries` lists
+            exactly the registered entries on every store
+        """
 
     @abstractmethod
     async def compare_and_set(
@@ -277,22 +286,35 @@ class Backend(AsyncResource):
     ) -> Entry | None:
         """Write *key* only if its version is *version* (None: only if it does not exist).
 
-        Returns the new entry, or None if the comparison failed.
+        Returns the new entry, or None if the comparison failed. Not repeated after a
+        lost reply (a repeat could report our own write as a conflict): the store may
+        then raise BackendUnavailable with the write done. With a *version* it also
+        updates a waiter entry (e.g. a leader's proclaimed value), keeping its creation
+        revision and its lease; *lease* binds only a key this write creates.
+
+        :raises ConfigurationError: to create (*version* None) a waiter key
         """
 
     @abstractmethod
     async def entries(self, prefix: str, *, limit: int | None = None) -> Listing:
-        """The waiter entries under *prefix* (keys ``prefix + "@..."``), oldest first."""
+        """The waiter entries of *prefix* (those :meth:`register` made, keys ``prefix +
+        "@..."``, never the keys of a nested name), oldest first, with the store
+        revision at which they were read."""
 
     @abstractmethod
     def watch(
         self, prefix: str, *, revision: int
     ) -> AbstractAsyncContextManager[AsyncIterator[Change]]:
-        """Watch every key under *prefix* for changes after *revision*.
+        """Watch the waiter entries of *prefix* (those :meth:`entries` lists) being
+        created (PUT) and deleted (DELETE) after *revision*, a revision read from
+        :meth:`entries` or :meth:`position`.
 
         ``async with backend.watch(p, revision=r) as changes: async for c in changes: ...``
 
-        A DELETE whose key is *prefix* itself means "keys under it were deleted, which
-        the store cannot name" (ZooKeeper keeps no history of deleted children): the
-        caller re-reads what it needs. Stores with a history never send it.
+        Value changes are not reported (ZooKeeper cannot watch every child's data
+        cheaply): use :meth:`wait_changed` on the entries that matter. The iteration
+        never ends on its own; when the store cannot deliver every change after
+        *revision* (etcd compacted that history, ZooKeeper keeps none, a memory watcher
+        fell behind) it raises :exc:`coord.ResyncNeeded`: read again, then watch from
+        the new revision.
         """

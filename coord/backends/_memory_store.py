@@ -48,6 +48,9 @@ class MemoryStore:
         self._watchers: list[tuple[str, MemoryObjectSendStream[Change]]] = []
         # Recent changes, so that a watch can start from a past revision like on etcd.
         self._history: deque[Change] = deque(maxlen=10_000)
+        #: The revision of the newest change no longer kept (a watch from before it
+        #: raises ResyncNeeded, like a watch from a compacted revision on etcd).
+        self.compacted = 0
         self._users = 0
         #: Statistics for tests: how many delete notifications were delivered.
         self.wakeups = 0
@@ -125,6 +128,8 @@ class MemoryStore:
         return True
 
     def _notify(self, change: Change) -> None:
+        if len(self._history) == self._history.maxlen:
+            self.compacted = self._history[0].revision
         self._history.append(change)
         for prefix, stream in list(self._watchers):
             if change.entry.key.startswith(prefix):

@@ -25,13 +25,15 @@ from typing import TYPE_CHECKING
 import anyio
 from anyio.lowlevel import checkpoint
 
+from .. import _keys
 from .._exceptions import (
     BackendUnavailable,
     ClosedError,
     ConfigurationError,
     EntryGoneError,
+    ResyncNeeded,
 )
-from ..abc import Backend, Change, Entry, Lease, Listing, Position
+from ..abc import Backend, Change, ChangeKind, Entry, Lease, Listing, Position
 from ._keepalive import KeptAliveLease
 from ._memory_store import MemoryStore, _LeaseRecord
 
@@ -106,6 +108,11 @@ class MemoryBackend(Backend):
 
     async def _fault_delete_key(self, key: str) -> None:
         self.store.drop_key(key)
+        await checkpoint()
+
+    async def _fault_compact(self) -> None:
+        self.store.compacted = self.store.revision
+        self.store._history.clear()
         await checkpoint()
 
     async def _fault_wakeups(self) -> int:
@@ -276,15 +283,23 @@ class MemoryBackend(Backend):
         await checkpoint()
         return entry
 
+    def _lease_of(self, key: str, lease: Lease | None) -> int:
+        # An existing key keeps its lease; *lease* binds only a key being created.
+        old = self.store._kv.get(key)
+        return old.lease if old is not None else (lease.id if lease else 0)
+
     async def put(self, key: str, value: bytes, *, lease: Lease | None = None) -> Entry:
+        _keys.check_plain_key(key, "put")
         await self._enter()
-        entry = self.store._put(key, value, lease.id if lease else 0)
+        entry = self.store._put(key, value, self._lease_of(key, lease))
         await checkpoint()
         return entry
 
     async def compare_and_set(
         self, key: str, value: bytes, *, version: int | None, lease: Lease | None = None
     ) -> Entry | None:
+        if version is None:
+            _keys.check_plain_key(key, "compare_and_set")
         await self._enter()
         current = self.store._kv.get(key)
         ok = (
@@ -292,7 +307,7 @@ class MemoryBackend(Backend):
             if version is None
             else (current is not None and current.version == version)
         )
-        entry = self.store._put(key, value, lease.id if lease else 0) if ok else None
+        entry = self.store._put(key, value, self._lease_of(key, lease)) if ok else None
         await checkpoint()
         return entry
 
@@ -306,15 +321,46 @@ class MemoryBackend(Backend):
     @asynccontextmanager
     async def watch(self, prefix: str, *, revision: int) -> AsyncIterator[AsyncIterator[Change]]:
         await self._enter()
+        store = self.store
         send, receive = anyio.create_memory_object_stream[Change](20_000)
-        for change in self.store._history:
+        changes = _WaiterChanges(receive, prefix, lost=revision < store.compacted)
+        for change in store._history:
             if change.revision > revision and change.entry.key.startswith(prefix):
                 send.send_nowait(change)
         item = (prefix, send)
-        self.store._watchers.append(item)
+        store._watchers.append(item)
         try:
             async with receive:
-                yield receive
+                yield changes
         finally:
-            self.store._watchers.remove(item)
+            store._watchers.remove(item)
             send.close()
+
+
+class _WaiterChanges:
+    """Creations and deletions of the waiter entries of *prefix*; ResyncNeeded when the
+    history asked for is gone or the watcher fell behind (the store closed its stream)."""
+
+    def __init__(self, receive: AsyncIterator[Change], prefix: str, *, lost: bool) -> None:
+        self._receive = receive
+        self._prefix = prefix
+        self._lost = lost
+
+    def __aiter__(self) -> _WaiterChanges:
+        return self
+
+    async def __anext__(self) -> Change:
+        while True:
+            if self._lost:
+                raise ResyncNeeded("memory://: the changes asked for are no longer kept")
+            try:
+                change = await self._receive.__anext__()
+            except StopAsyncIteration:
+                self._lost = True  # dropped for not keeping up
+                continue
+            entry = change.entry
+            if not _keys.is_waiter(entry.key, self._prefix):
+                continue
+            if change.kind is ChangeKind.PUT and entry.revision != change.revision:
+                continue  # a value change, not a creation
+            return change

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 from ._faults import (
+    compact,
     drop_key,
     expire_session,
     server_wakeups,
@@ -33,6 +34,7 @@ __all__ = [
     "TcpProxy",
     "ZooKeeperEnsemble",
     "ZooKeeperServer",
+    "compact",
     "drop_key",
     "expire_session",
     "free_port",

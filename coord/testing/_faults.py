@@ -7,14 +7,16 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .. import _keys
+from .._exceptions import ResyncNeeded
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
 
     from .._client import Client
-    from ..abc import Change
+    from ..abc import Backend, Change
 
 __all__ = [
+    "compact",
     "drop_key",
     "expire_session",
     "server_wakeups",
@@ -43,6 +45,13 @@ async def expire_session(client: Client) -> None:
 async def drop_key(client: Client, key: str) -> None:
     """Delete *key* (relative to the client's namespace) as another client would."""
     await _hooks(client)._fault_delete_key(key)
+
+
+async def compact(client: Client) -> None:
+    """Make the store forget the history of changes so far (etcd: compact at the current
+    revision; memory: drop its kept changes; ZooKeeper keeps none anyway). A watch from
+    an older revision then raises :exc:`coord.ResyncNeeded`."""
+    await _hooks(client)._fault_compact()
 
 
 async def server_wakeups(client: Client) -> int:
@@ -74,22 +83,40 @@ async def _wait_for_queue(client: Client, name: str, done: Callable[[int], bool]
     store without history (ZooKeeper cannot name deleted children) could get wrong."""
     backend = client.backend
     prefix = _keys.prefix_of(name)
-    listing = await backend.entries(prefix)
-    if done(len(listing.entries)):
-        return
+    while True:
+        listing = await backend.entries(prefix)
+        if done(len(listing.entries)):
+            return
+        try:
+            await _watch_until(backend, prefix, listing.revision, done)
+            return
+        except ResyncNeeded:
+            continue  # the store could not say what changed: list again
+
+
+async def _watch_until(
+    backend: Backend, prefix: str, revision: int, done: Callable[[int], bool]
+) -> None:
     changed = anyio.Event()
+    resync: ResyncNeeded | None = None
 
     async def follow(changes: AsyncIterator[Change]) -> None:
-        nonlocal changed
-        async for _ in changes:
+        nonlocal resync
+        try:
+            async for _ in changes:
+                changed.set()
+        except ResyncNeeded as exc:
+            resync = exc
             changed.set()
 
-    async with backend.watch(prefix, revision=listing.revision) as changes:
+    async with backend.watch(prefix, revision=revision) as changes:
         async with anyio.create_task_group() as tg:
             tg.start_soon(follow, changes)
             while True:
                 await changed.wait()
                 changed = anyio.Event()
-                if done(len((await backend.entries(prefix)).entries)):
+                if resync is not None or done(len((await backend.entries(prefix)).entries)):
                     tg.cancel_scope.cancel()
-                    return
+                    break
+    if resync is not None:
+        raise resync

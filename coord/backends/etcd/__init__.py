@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from aetcd import rpc
 
+from ... import _keys
 from ..._exceptions import ConfigurationError, EntryGoneError
 from ..._keys import WAITER_MARK
 from ...abc import Backend, Change, Entry, Lease, Listing, Position
@@ -308,44 +309,41 @@ class EtcdBackend(Backend):
         reply = await self._conn.call("get", lambda c: c.kv.Range, request)
         return self._entry(reply.kvs[0]) if reply.kvs else None
 
-    async def _put_if(
-        self,
-        what: str,
-        key: str,
-        value: bytes,
-        lease: Lease | None,
-        compare: list[Any],
-        *,
-        retry: bool,
-    ) -> Entry | None:
+    async def put(self, key: str, value: bytes, *, lease: Lease | None = None) -> Entry:
+        _keys.check_plain_key(key, "put")
         k = self._key(key)
-        put = rpc.PutRequest(key=k, value=value, lease=lease.id if lease else 0)
-        read = rpc.RangeRequest(key=k)
+        absent = rpc.Compare(key=k, target=_CREATE, create_revision=0, result=_EQUAL)
         reply = await self._txn(
-            what,
-            compare,
-            [rpc.RequestOp(request_put=put), rpc.RequestOp(request_range=read)],
-            retry=retry,
+            "put",
+            [absent],
+            self._put_ops(k, value, lease, new=True),
+            failure=self._put_ops(k, value, lease, new=False),
         )
-        if not reply.succeeded:
-            return None
         return self._entry(reply.responses[1].response_range.kvs[0])
 
-    async def put(self, key: str, value: bytes, *, lease: Lease | None = None) -> Entry:
-        entry = await self._put_if("put", key, value, lease, [], retry=True)
-        assert entry is not None
-        return entry
+    def _put_ops(self, k: bytes, value: bytes, lease: Lease | None, *, new: bool) -> list[Any]:
+        if new:  # this write creates the key: *lease* binds it
+            put = rpc.PutRequest(key=k, value=value, lease=lease.id if lease else 0)
+        else:  # an existing key keeps its lease (ZooKeeper cannot move a node either)
+            put = rpc.PutRequest(key=k, value=value, ignore_lease=True)
+        read = rpc.RangeRequest(key=k)
+        return [rpc.RequestOp(request_put=put), rpc.RequestOp(request_range=read)]
 
     async def compare_and_set(
         self, key: str, value: bytes, *, version: int | None, lease: Lease | None = None
     ) -> Entry | None:
         k = self._key(key)
         if version is None:
+            _keys.check_plain_key(key, "compare_and_set")
             compare = rpc.Compare(key=k, target=_CREATE, create_revision=0, result=_EQUAL)
         else:
             compare = rpc.Compare(key=k, target=_MOD, mod_revision=version, result=_EQUAL)
+        ops = self._put_ops(k, value, lease, new=version is None)
         # Not retried: a retry after a lost reply would report our own write as a conflict.
-        return await self._put_if("compare-and-set", key, value, lease, [compare], retry=False)
+        reply = await self._txn("compare-and-set", [compare], ops, retry=False)
+        if not reply.succeeded:
+            return None
+        return self._entry(reply.responses[1].response_range.kvs[0])
 
     async def entries(self, prefix: str, *, limit: int | None = None) -> Listing:
         start, end = self._queue_range(prefix)
@@ -357,8 +355,8 @@ class EtcdBackend(Backend):
 
     @asynccontextmanager
     async def watch(self, prefix: str, *, revision: int) -> AsyncIterator[AsyncIterator[Change]]:
-        start = self._key(prefix)
-        watch = await self._watches.open(start, range_end(start), start_revision=revision + 1)
+        start, end = self._queue_range(prefix)
+        watch = await self._watches.open(start, end, start_revision=revision + 1)
         try:
             yield Changes(watch, self._entry)
         finally:
@@ -374,6 +372,11 @@ class EtcdBackend(Backend):
     async def _fault_delete_key(self, key: str) -> None:
         request = rpc.DeleteRangeRequest(key=self._key(key))
         await self._conn.call("delete", lambda c: c.kv.DeleteRange, request)
+
+    async def _fault_compact(self) -> None:
+        status = await self._conn.call("get", lambda c: c.kv.Range, rpc.RangeRequest(key=b"\0"))
+        request = rpc.CompactionRequest(revision=status.header.revision, physical=True)
+        await self._conn.call("compact", lambda c: c.kv.Compact, request)
 
     async def _fault_wakeups(self) -> int:
         from ...testing._metrics import watch_messages_sent

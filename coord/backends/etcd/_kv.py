@@ -50,10 +50,12 @@ class Changes:
         return self
 
     async def __anext__(self) -> Change:
-        while not self._pending:
-            self._pending.extend(await self._watch.__anext__())
-        event = self._pending.popleft()
-        entry = self._to_entry(event.kv)
-        if event.type == _DELETE:
-            return Change(ChangeKind.DELETE, Entry(entry.key), event.kv.mod_revision)
-        return Change(ChangeKind.PUT, entry, event.kv.mod_revision)
+        while True:
+            while not self._pending:
+                self._pending.extend(await self._watch.__anext__())
+            event = self._pending.popleft()
+            entry = self._to_entry(event.kv)
+            if event.type == _DELETE:
+                return Change(ChangeKind.DELETE, Entry(entry.key), event.kv.mod_revision)
+            if event.kv.version == 1:  # a creation; later versions are value changes
+                return Change(ChangeKind.PUT, entry, event.kv.mod_revision)

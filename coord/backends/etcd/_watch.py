@@ -20,7 +20,7 @@ import anyio
 import grpc
 from aetcd import rpc
 
-from ..._exceptions import BackendError, BackendUnavailable
+from ..._exceptions import BackendError, BackendUnavailable, ResyncNeeded
 from ._connection import AuthTokenExpired, finish, stream_read, stream_write
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ _log = logging.getLogger("coord.etcd")
 _NOPUT = rpc.WatchCreateRequest.FilterType.Value("NOPUT")
 
 
-class WatchCompacted(BackendError):
+class WatchCompacted(ResyncNeeded):
     """The watch's start revision was compacted: re-read, then watch again."""
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from kazoo.protocol.states import KazooState
 
+from ... import _keys
 from ..._exceptions import ClosedError, ConfigurationError, SessionExpiredError
 from ..._session import check_ttl
 from ...abc import Backend, Change, Entry, Lease, Listing, Position
@@ -307,6 +308,7 @@ class ZooKeeperBackend(FaultHooks, Backend):
         that did happen is then found, and its data set). If cancelled, the write may
         have happened.
         """
+        _keys.check_plain_key(key, "put")
         self._check_open()
         if lease is not None:
             self._session_of(lease)  # raises unless it is this backend's live session
@@ -321,8 +323,10 @@ class ZooKeeperBackend(FaultHooks, Backend):
         own write as a conflict (BackendUnavailable is raised instead). If cancelled,
         the write may have happened.
         """
+        if version is None:
+            _keys.check_plain_key(key, "compare_and_set")
         self._check_open()
-        if lease is not None:
+        if lease is not None and version is None:
             self._session_of(lease)
         return await self._plain.compare_and_set(key, value, version, ephemeral=lease is not None)
 

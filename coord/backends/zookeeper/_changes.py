@@ -4,11 +4,13 @@ every event, turned into PUT / DELETE changes by comparing successive listings.
 ZooKeeper keeps no history: a watch cannot start "at a revision" as on etcd. Instead
 the first listing compares the node's *pzxid* (the zxid of the last change to its
 children) with the revision the caller read at: if the children changed since, the
-changes are reported at once — a PUT for every child created after that revision (their
-czxid says so), then one DELETE whose key is the prefix itself: children may also have
-been deleted since, and their names are gone, so the caller must re-read (the pzxid
-cannot tell creations from deletions). Between two listings a child that came and went
-unseen is not reported. Data changes of children are not watched.
+changes cannot all be named (deleted children leave no trace), so the iteration raises
+:exc:`coord.ResyncNeeded` at once and the caller reads again. Between two listings the
+node's *cversion* (its count of child changes) says whether the difference of the two
+listings explains every change: a child that came and went unseen cannot be named, and
+ResyncNeeded is raised after the changes that can. Only waiter entries are reported (not
+nested names' nodes). Data changes of children are not watched (the contract asks for
+creations and deletions only).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING
 import anyio
 from kazoo import exceptions as kz
 
+from ..._exceptions import ResyncNeeded
 from ...abc import Change, ChangeKind, Entry
 from ._paths import parse_waiter
 
@@ -53,9 +56,12 @@ class ChildChanges:
         self._watches = watches
         self._prefix = prefix
         self._node = paths.parent(prefix)
-        self._known: set[str] = set()
+        self._known: set[str] = set()  # the waiter children
+        self._children: set[str] = set()  # every child
+        self._cversion = 0
         self._pending: deque[Change] = deque()
         self._wakeup = anyio.Event()
+        self._lost = False
 
     def wake(self) -> None:
         self._wakeup.set()
@@ -67,32 +73,38 @@ class ChildChanges:
     async def start(self, revision: int) -> None:
         """First listing: report what changed after *revision*."""
         self._wakeup = anyio.Event()
-        children, pzxid = await self._list()
-        self._known = set(children)
-        if pzxid is None:  # no node: if it had children at *revision*, they are gone
-            if revision > 0:
-                self._pending.append(Change(ChangeKind.DELETE, Entry(self._prefix), revision))
-            return
-        if pzxid <= revision:
-            return
-        entries = await self._queues.existing(self._prefix, sorted(children, key=_order))
-        created = sorted((e for e in entries if e.revision > revision), key=lambda e: e.revision)
-        self._pending.extend(Change(ChangeKind.PUT, e, e.revision) for e in created)
-        self._pending.append(Change(ChangeKind.DELETE, Entry(self._prefix), pzxid))
+        children, pzxid, self._cversion = await self._list()
+        self._children = set(children)
+        self._known = {name for name in children if parse_waiter(name) is not None}
+        # No node while the caller saw children, or children changed since the caller's
+        # read: what changed cannot be named.
+        self._lost = (pzxid is None and revision > 0) or (pzxid is not None and pzxid > revision)
 
     def __aiter__(self) -> ChildChanges:
         return self
 
     async def __anext__(self) -> Change:
+        if self._lost and not self._pending:
+            raise ResyncNeeded(
+                f"ZooKeeper: the children of {self._node} changed since the revision asked "
+                "for, and ZooKeeper keeps no history of them"
+            )
         while not self._pending:
             await self._wakeup.wait()
             self._wakeup = anyio.Event()  # events from now on call for another listing
             await self._relist()
+            if self._lost and not self._pending:
+                return await self.__anext__()
         return self._pending.popleft()
 
     async def _relist(self) -> None:
-        children, pzxid = await self._list()
-        current = set(children)
+        children, pzxid, cversion = await self._list()
+        everything = set(children)
+        named = len(everything ^ self._children)
+        if pzxid is not None and cversion - self._cversion > named:
+            self._lost = True  # children came and went between the two listings
+        self._children, self._cversion = everything, cversion
+        current = {name for name in children if parse_waiter(name) is not None}
         pzxid = pzxid or 0
         gone = sorted(self._known - current, key=_order)
         new = sorted(current - self._known, key=_order)
@@ -103,9 +115,9 @@ class ChildChanges:
         for entry in await self._queues.existing(self._prefix, new):
             self._pending.append(Change(ChangeKind.PUT, entry, entry.revision))
 
-    async def _list(self) -> tuple[list[str], int | None]:
-        """The children and pzxid of the node, re-arming the watch; ``([], None)`` if
-        the node does not exist, with a watch on its creation instead."""
+    async def _list(self) -> tuple[list[str], int | None, int]:
+        """The children, pzxid and cversion of the node, re-arming the watch; ``([],
+        None, 0)`` if the node does not exist, with a watch on its creation instead."""
         conn, watches = self._conn, self._watches
         try:
             children, stat = await conn.call(
@@ -123,8 +135,8 @@ class ChildChanges:
             )
             if stat is not None:  # created in between: list again at the next step
                 self._wakeup.set()
-            return [], None
-        return list(children), int(stat.pzxid)
+            return [], None, 0
+        return list(children), int(stat.pzxid), int(stat.cversion)
 
     def close(self) -> None:
         self._pending.clear()

@@ -17,6 +17,7 @@ import time
 from typing import TYPE_CHECKING
 
 import anyio
+import anyio.lowlevel
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
@@ -135,6 +136,11 @@ class FaultHooks:
         """Delete *key* as another client would."""
         self._check_open()
         await self._queues.delete_path(self._paths.path(key))
+
+    async def _fault_compact(self) -> None:
+        """Nothing to do: ZooKeeper keeps no history of changes to begin with."""
+        self._check_open()
+        await anyio.lowlevel.checkpoint()
 
     async def _fault_wakeups(self) -> int:
         """Watch notifications sent by the ensemble so far (``mntr``)."""

@@ -1,0 +1,220 @@
+"""The backend contract (coord/abc.py), call by call, on every backend: the same calls
+must give the same answers on memory, etcd and ZooKeeper (issue 7: they used to differ on
+watch, entries, the lease of a re-written key, and lost history)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING
+
+import anyio
+import pytest
+
+import coord
+from coord.abc import Backend, ChangeKind, Lease
+from coord.testing import compact, drop_key
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from coord.abc import Change
+
+pytestmark = pytest.mark.anyio
+
+
+def wid(kind: str = "") -> str:
+    return f"@{kind}{uuid.uuid4().hex}"
+
+
+def parts(clients: list[coord.Client]) -> tuple[Backend, Lease, Backend, Lease]:
+    a, b = clients[0], clients[1]
+    return a.backend, a.session.lease, b.backend, b.session.lease
+
+
+async def test_register_and_position(clients: list[coord.Client]) -> None:
+    backend, lease, other, other_lease = parts(clients)
+    first = await backend.register("c/reg/", wid("w"), lease, value=b"1")
+    assert first.is_head
+    assert first.entry.value == b"1"
+    assert first.entry.lease == lease.id
+    second = await other.register("c/reg/", wid("r"), other_lease, ahead=None)
+    assert [e.key for e in second.ahead] == [first.entry.key]
+    repeated_id = wid("r")
+    third = await backend.register("c/reg/", repeated_id, lease, ahead=None)
+    again = await backend.register("c/reg/", repeated_id, lease, ahead=None)
+    assert again.entry == third.entry, "registering the same id twice made two entries"
+    assert [e.key for e in third.ahead] == [second.entry.key, first.entry.key]
+    # kind: only the entries ahead whose waiter id starts with it
+    only_writers = await backend.position(third.entry, ahead=None, kind="@w")
+    assert [e.key for e in only_writers.ahead] == [first.entry.key]
+    assert (await backend.position(third.entry, ahead=1)).ahead == (second.entry,)
+    fourth = await backend.register("c/reg/", wid("w"), lease, ahead=5, kind="@r")
+    assert [e.key for e in fourth.ahead] == [third.entry.key, second.entry.key]
+    assert first.entry.revision < second.entry.revision < third.entry.revision
+    await drop_key(clients[0], second.entry.key)
+    with pytest.raises(coord.EntryGoneError):
+        await backend.position(second.entry)
+
+
+async def test_wait_deleted_and_wait_changed(clients: list[coord.Client]) -> None:
+    backend, lease, other, _ = parts(clients)
+    position = await backend.register("c/wait/", wid(), lease, value=b"v")
+    entry = position.entry
+    gone = await backend.register("c/wait/", wid(), lease)
+    await backend.delete(gone.entry)
+    with anyio.fail_after(10):
+        # Deleted after the revision it was read at: returns at once.
+        await other.wait_deleted([gone.entry.key], revision=gone.revision)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: other.wait_changed(entry, revision=position.revision))
+            await anyio.sleep(0.2)
+            updated = await backend.compare_and_set(
+                entry.key, b"v2", version=entry.version, lease=lease
+            )
+        assert updated is not None
+        # Already different from the entry given: returns at once.
+        await other.wait_changed(entry, revision=position.revision)
+        read = await other.get(entry.key)
+        assert read == updated
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: other.wait_changed(updated, revision=updated.version))
+            tg.start_soon(lambda: other.wait_deleted([entry.key], revision=updated.version))
+            await anyio.sleep(0.2)
+            assert await backend.delete(updated)
+
+
+async def test_delete_is_guarded(clients: list[coord.Client]) -> None:
+    backend, lease, other, _ = parts(clients)
+    entry = (await backend.register("c/del/", wid(), lease)).entry
+    assert await backend.delete(entry) is True
+    assert await backend.delete(entry) is False
+    assert await other.get(entry.key) is None
+    # A provisional entry (registration outcome unknown) is found by its id and lease.
+    waiter_id = wid()
+    await backend.register("c/del/", waiter_id, lease)
+    provisional = coord.abc.Entry("c/del/" + waiter_id, lease=lease.id)
+    assert await backend.delete(provisional) is True
+    assert (await backend.entries("c/del/")).entries == ()
+
+
+async def test_put_and_compare_and_set_keep_a_keys_lease(clients: list[coord.Client]) -> None:
+    backend, lease, _, _ = parts(clients)
+    bound = await backend.put("c/plain/bound", b"1", lease=lease)
+    assert bound.lease == lease.id
+    rewritten = await backend.put("c/plain/bound", b"2")
+    assert (rewritten.value, rewritten.lease) == (b"2", lease.id), "a re-write moved the lease"
+    assert rewritten.revision == bound.revision
+    assert rewritten.version != bound.version
+    free = await backend.put("c/plain/free", b"1")
+    assert free.lease == 0
+    assert (await backend.put("c/plain/free", b"2", lease=lease)).lease == 0
+    assert await backend.compare_and_set("c/plain/free", b"x", version=None) is None
+    stale = await backend.compare_and_set("c/plain/free", b"x", version=free.version)
+    assert stale is None, "compare_and_set ignored the version"
+    current = await backend.get("c/plain/free")
+    assert current is not None
+    done = await backend.compare_and_set("c/plain/free", b"3", version=current.version)
+    assert done is not None
+    assert done.value == b"3"
+    created = await backend.compare_and_set("c/plain/new", b"n", version=None, lease=lease)
+    assert created is not None
+    assert created.lease == lease.id
+    # A waiter entry updated by version keeps its creation revision and its lease.
+    entry = (await backend.register("c/plain/", wid(), lease, value=b"a")).entry
+    updated = await backend.compare_and_set(entry.key, b"b", version=entry.version)
+    assert updated is not None
+    assert (updated.revision, updated.lease, updated.value) == (entry.revision, lease.id, b"b")
+
+
+async def test_plain_writes_never_make_waiter_keys(clients: list[coord.Client]) -> None:
+    backend, lease, _, _ = parts(clients)
+    for key in ("c/nowaiter/@x", "c/nowaiter/@x/y"):
+        with pytest.raises(coord.ConfigurationError, match="register"):
+            await backend.put(key, b"")
+        with pytest.raises(coord.ConfigurationError, match="register"):
+            await backend.compare_and_set(key, b"", version=None, lease=lease)
+    assert (await backend.entries("c/nowaiter/")).entries == ()
+    assert await backend.get("c/nowaiter/@x") is None
+
+
+async def test_entries_lists_only_the_registered_entries_of_the_prefix(
+    clients: list[coord.Client],
+) -> None:
+    backend, lease, other, other_lease = parts(clients)
+    a = await backend.register("c/list/", wid(), lease)
+    await backend.register("c/list/sub/", wid(), lease)  # a nested name's waiter
+    await backend.put("c/list/plain", b"")
+    b = await other.register("c/list/", wid(), other_lease)
+    listing = await other.entries("c/list/")
+    assert [e.key for e in listing.entries] == [a.entry.key, b.entry.key]
+    assert [e.key for e in (await other.entries("c/list/", limit=1)).entries] == [a.entry.key]
+    assert listing.revision >= b.entry.revision
+
+
+async def test_watch_reports_creations_and_deletions_only(clients: list[coord.Client]) -> None:
+    backend, lease, other, _ = parts(clients)
+    listing = await other.entries("c/watch/")
+
+    async def quiet(changes: AsyncIterator[Change]) -> None:
+        with anyio.move_on_after(0.3) as nothing:
+            extra = await changes.__anext__()
+            pytest.fail(f"reported more than creations and deletions: {extra}")
+        assert nothing.cancelled_caught
+
+    with anyio.fail_after(10):
+        async with other.watch("c/watch/", revision=listing.revision) as changes:
+            entry = (await backend.register("c/watch/", wid(), lease, value=b"a")).entry
+            created = await changes.__anext__()
+            assert (created.kind, created.entry.key) == (ChangeKind.PUT, entry.key)
+            await backend.compare_and_set(entry.key, b"b", version=entry.version)  # a value
+            await backend.register("c/watch/sub/", wid(), lease)  # a nested name's waiter
+            await quiet(changes)
+            await backend.delete(entry)
+            deleted = await changes.__anext__()
+            assert (deleted.kind, deleted.entry.key) == (ChangeKind.DELETE, entry.key)
+            await quiet(changes)
+
+
+async def test_watch_never_misses_an_entry_that_came_and_went(
+    clients: list[coord.Client],
+) -> None:
+    """Created and deleted between two looks: named (etcd, memory), or ResyncNeeded
+    (ZooKeeper cannot name it): never silence."""
+    backend, lease, other, _ = parts(clients)
+    listing = await other.entries("c/flash/")
+    keys = []
+    with anyio.fail_after(10):
+        async with other.watch("c/flash/", revision=listing.revision) as changes:
+            for _ in range(3):
+                entry = (await backend.register("c/flash/", wid(), lease)).entry
+                await backend.delete(entry)
+                keys.append(entry.key)
+            seen: list[tuple[ChangeKind, str]] = []
+            try:
+                while len(seen) < 6:
+                    change = await changes.__anext__()
+                    seen.append((change.kind, change.entry.key))
+            except coord.ResyncNeeded:
+                return
+    expected = [(kind, key) for key in keys for kind in (ChangeKind.PUT, ChangeKind.DELETE)]
+    assert seen == expected
+
+
+async def test_watch_from_lost_history_raises_resync_needed(
+    clients: list[coord.Client],
+) -> None:
+    backend, lease, other, _ = parts(clients)
+    listing = await other.entries("c/resync/")
+    await backend.register("c/resync/", wid(), lease)
+    await backend.delete((await backend.register("c/resync/", wid(), lease)).entry)
+    await compact(clients[0])
+    with anyio.fail_after(10):
+        async with other.watch("c/resync/", revision=listing.revision) as changes:
+            with pytest.raises(coord.ResyncNeeded):
+                await changes.__anext__()
+        fresh = await other.entries("c/resync/")
+        assert len(fresh.entries) == 1
+        async with other.watch("c/resync/", revision=fresh.revision) as changes:
+            await backend.delete(fresh.entries[0])
+            change = await changes.__anext__()
+            assert change.kind is ChangeKind.DELETE
