@@ -47,3 +47,26 @@ def test_importing_coord_imports_no_backend() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+RECIPES = ["_turns", "_locking", "_hold", "_mutex", "_semaphore", "_rwlock", "_election"]
+
+
+def test_recipes_import_only_the_contract() -> None:
+    """Recipes are written once against coord.abc: none imports a backend, a client
+    library or coord.testing (house style: recipes never know which store runs them)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(coord.__file__).parent
+    for name in RECIPES:
+        tree = ast.parse((root / f"{name}.py").read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                module = "." * node.level + (node.module or "")
+            elif isinstance(node, ast.Import):
+                module = ",".join(alias.name for alias in node.names)
+            else:
+                continue
+            for banned in ("backends", "testing", "aetcd", "kazoo", "grpc", "_client"):
+                assert banned not in module, f"coord/{name}.py imports {module}"
