@@ -273,3 +273,38 @@ async def test_run_campaigns_again_after_a_loss_and_after_returning(
     for term in terms.items:
         assert any(f"term {term.fence})" in m for m in starts)
         assert any(f"term {term.fence})" in m for m in stops)
+
+
+@pytest.mark.parametrize("fault", ["key deleted", "session expired"])
+async def test_a_candidate_never_leads_on_a_key_it_lost_while_waiting(
+    clients: list[coord.Client], fault: str
+) -> None:
+    """etcd #19597: a candidate whose key (or lease) went while it waited could report
+    leadership while holding no key. Here it registers again (a new session, a new key)
+    and leads only once that key is confirmed at the head of the queue."""
+    a, b, _, _ = clients
+    led: Recorder[coord.Term] = Recorder()
+
+    async def candidate() -> None:
+        async with b.election("confirm").campaign(b"b") as term:
+            leader = await b.election("confirm").leader()
+            assert leader is not None
+            assert leader.key == term.key, "leads, but the head of the queue is someone else"
+            led.append(term)
+
+    with anyio.fail_after(15):
+        async with anyio.create_task_group() as tg:
+            async with a.election("confirm").campaign(b"a"):
+                tg.start_soon(candidate)
+                await wait_for_waiters(a, "confirm", 2)
+                lost_key = (await candidate_keys(a, "confirm"))[1]
+                if fault == "key deleted":
+                    await drop_key(a, lost_key)
+                else:
+                    await expire_session(b)
+                await wait_for_queue(a, "confirm", lambda n: n == 2)  # registered again
+                assert led.items == []
+                new_key = (await candidate_keys(a, "confirm"))[1]
+                assert new_key != lost_key
+            await led.wait_for(bool)  # a resigned: b leads, on its new key
+    assert led.items[0].key == new_key
