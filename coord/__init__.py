@@ -15,10 +15,12 @@ from ._election import Leader as Leader
 from ._election import Term as Term
 from ._exceptions import BackendError as BackendError
 from ._exceptions import BackendUnavailable as BackendUnavailable
+from ._exceptions import ClaimLost as ClaimLost
 from ._exceptions import ClosedError as ClosedError
 from ._exceptions import ConfigurationError as ConfigurationError
 from ._exceptions import CoordError as CoordError
 from ._exceptions import EntryGoneError as EntryGoneError
+from ._exceptions import JobNotFound as JobNotFound
 from ._exceptions import LeadershipLost as LeadershipLost
 from ._exceptions import LockedError as LockedError
 from ._exceptions import LockLost as LockLost
@@ -28,8 +30,14 @@ from ._exceptions import NotOwnerError as NotOwnerError
 from ._exceptions import ResyncNeeded as ResyncNeeded
 from ._exceptions import SessionExpiredError as SessionExpiredError
 from ._hold import Hold as Hold
+from ._jobs import DeadLetter as DeadLetter
+from ._jobs import JobRef as JobRef
 from ._mutex import Mutex as Mutex
 from ._mutex import MutexStatistics as MutexStatistics
+from ._queue import Job as Job
+from ._queue import KeyStats as KeyStats
+from ._queue import Queue as Queue
+from ._queue import QueueStats as QueueStats
 from ._rwlock import RWLock as RWLock
 from ._semaphore import Semaphore as Semaphore
 from ._session import Session as Session
@@ -38,14 +46,20 @@ from ._waiters import Waiter as Waiter
 __all__ = [
     "BackendError",
     "BackendUnavailable",
+    "ClaimLost",
     "Client",
     "ClientStatistics",
     "ClosedError",
     "ConfigurationError",
     "CoordError",
+    "DeadLetter",
     "Election",
     "EntryGoneError",
     "Hold",
+    "Job",
+    "JobNotFound",
+    "JobRef",
+    "KeyStats",
     "Leader",
     "LeadershipLost",
     "LockLost",
@@ -55,6 +69,8 @@ __all__ = [
     "NoLeaderError",
     "NotLeaderError",
     "NotOwnerError",
+    "Queue",
+    "QueueStats",
     "RWLock",
     "ResyncNeeded",
     "Semaphore",

@@ -15,6 +15,7 @@ from ._election import Election
 from ._exceptions import ClosedError, ConfigurationError
 from ._keeper import SessionKeeper, SessionStatistics
 from ._mutex import Mutex
+from ._queue import Exhausted, Queue
 from ._rwlock import RWLock
 from ._semaphore import Semaphore
 from ._url import SCHEMES, parse_url
@@ -97,6 +98,12 @@ class Client(AsyncResource):
         return self._backend
 
     @property
+    def identity(self) -> dict[str, Any]:
+        """Who this client is, as recorded in its waiter keys: ``host``, ``pid`` and
+        ``name`` (if given to :func:`connect`). A copy."""
+        return dict(self._keeper.identity)
+
+    @property
     def session(self) -> Session:
         """The current session. It may be lost (``session.lost``) while the next one is
         being opened. Not a checkpoint.
@@ -154,6 +161,29 @@ class Client(AsyncResource):
         :raises ConfigurationError: if *name* is not a valid name
         """
         return Election(self._keeper, name)
+
+    def queue(
+        self,
+        name: str,
+        *,
+        max_attempts: int = 5,
+        on_exhausted: Exhausted = "park",
+        retry_delay: float = 1.0,
+        max_retry_delay: float = 60.0,
+    ) -> Queue:
+        """A durable job queue with per-key order and fenced acks (see
+        :class:`coord.Queue`). Not a checkpoint; nothing is written until a put.
+
+        :raises ConfigurationError: for a bad name or option
+        """
+        return Queue(
+            self._keeper,
+            name,
+            max_attempts=max_attempts,
+            on_exhausted=on_exhausted,
+            retry_delay=retry_delay,
+            max_retry_delay=max_retry_delay,
+        )
 
     async def __aenter__(self) -> Client:
         if self._entered:

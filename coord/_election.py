@@ -26,7 +26,13 @@ from typing import TYPE_CHECKING, NoReturn
 import anyio
 
 from . import _keys, _retry
-from ._exceptions import BackendError, BackendUnavailable, ConfigurationError, LeadershipLost
+from ._exceptions import (
+    BackendError,
+    BackendUnavailable,
+    ConfigurationError,
+    LeadershipLost,
+    SessionExpiredError,
+)
 from ._hold import Hold
 from ._locking import TaskLock
 
@@ -107,12 +113,16 @@ class Term(Hold):
                 )
             except BackendUnavailable:
                 entry = None
-            if entry is not None and entry.revision == self.fence:
+            except SessionExpiredError as exc:  # (ZooKeeper: the session ended under it)
+                raise LeadershipLost(f"{self.name!r}: the session was lost") from exc
+            if entry is not None and entry.revision == self.fence and not self.lost:
                 self._entry = entry
                 return
             # Refused, or no answer: read what the key holds now.
             try:
                 current = await session.retry(partial(backend.get, self.key))
+            except SessionExpiredError as exc:
+                raise LeadershipLost(f"{self.name!r}: the session was lost") from exc
             except BackendError:
                 current = self._entry  # try again (the loop ends if the term does)
             if current is None or current.revision != self.fence:
@@ -194,7 +204,7 @@ class Election:
 
         :raises BackendUnavailable: if the store cannot be reached
         """
-        listing = await self._source.backend.entries(self._prefix, limit=1)
+        listing = await self._source.read(lambda b: b.entries(self._prefix, limit=1))
         return Leader._of(listing.entries[0]) if listing.entries else None
 
     def observe(self) -> AsyncIterator[Leader | None]:
@@ -265,12 +275,13 @@ class _Observer:
             if self._seen is not None:
                 try:
                     await self._wait(*self._seen)
-                except BackendError:
+                except (BackendError, SessionExpiredError):
+                    # (ZooKeeper refuses reads between a lost session and the next.)
                     await _retry.backoff(attempt)  # read again, then watch again
                     attempt += 1
             try:
                 listing = await backend.entries(self._prefix, limit=1)
-            except BackendError:
+            except (BackendError, SessionExpiredError):
                 await _retry.backoff(attempt)
                 attempt += 1
                 self._seen = None

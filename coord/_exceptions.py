@@ -10,10 +10,12 @@
     │   └── ResyncNeeded                     (backend contract) a watch lost history: re-read
     ├── SessionExpiredError   + anyio.BrokenResourceError
     │   └── LockLost                         a held lock was lost (``async with`` body cancelled)
-    │       └── LeadershipLost
+    │       ├── LeadershipLost
+    │       └── ClaimLost                    a worker's claim on a queued job was lost
     ├── LockedError                          ``try_acquire`` found the lock taken (etcd ErrLocked)
     ├── NotOwnerError         + RuntimeError release of a lock this task does not hold
     ├── NotLeaderError, NoLeaderError        (election)
+    ├── JobNotFound           + LookupError  (queue) no such job or dead letter
     └── ClosedError           + anyio.ClosedResourceError
 
 Client-library errors (gRPC, kazoo) are translated at the backend boundary with
@@ -28,10 +30,12 @@ import anyio
 __all__ = [
     "BackendError",
     "BackendUnavailable",
+    "ClaimLost",
     "ClosedError",
     "ConfigurationError",
     "CoordError",
     "EntryGoneError",
+    "JobNotFound",
     "LeadershipLost",
     "LockLost",
     "LockedError",
@@ -89,6 +93,18 @@ class LockLost(SessionExpiredError):
 
 class LeadershipLost(LockLost):
     """Leadership was lost while the leader was still leading."""
+
+
+class ClaimLost(LockLost):
+    """A worker's claim on a queued job was lost while it worked on the job.
+
+    Its session was lost, or the claim was otherwise taken from it: the job may already
+    be claimed by another worker, so side effects must be made idempotent with
+    ``job.fence``. The worker's ack or nack was refused (or will be)."""
+
+
+class JobNotFound(CoordError, LookupError):
+    """No queued job or dead letter has the id given."""
 
 
 class LockedError(CoordError):

@@ -18,6 +18,7 @@ import uuid
 from ._exceptions import ConfigurationError
 
 __all__ = [
+    "EXCLUSIVE_MARK",
     "WAITER_MARK",
     "check_name",
     "check_plain_key",
@@ -73,9 +74,16 @@ def prefix_of(name: str) -> str:
     return check_name(name) + "/"
 
 
+#: The mark of an exclusive waiter (a mutex, a semaphore slot, a candidate, a writer).
+#: Only a read lock's readers are marked otherwise (``@r``); a reader selects the
+#: entries ahead of it by this mark, so whatever else shares its name counts as a
+#: writer, and recipes mixed on one name exclude each other rather than both holding.
+EXCLUSIVE_MARK = WAITER_MARK + "w"
+
+
 def new_waiter_id() -> str:
     """A fresh waiter id: unique per acquire attempt, never per session (etcd #10756)."""
-    return f"{WAITER_MARK}{uuid.uuid4().hex}"
+    return f"{EXCLUSIVE_MARK}{uuid.uuid4().hex}"
 
 
 def is_waiter(key: str, prefix: str | None = None) -> bool:

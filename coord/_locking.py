@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from anyio import get_current_task
@@ -39,6 +39,10 @@ class _Claim:
     lock: TaskLock
     hold: Hold | None = None
     depth: int = 0
+    #: One item per open ``async with`` of this task: whether it opened the body scope
+    #: (the first one while no scope is open), so that the block that opened it closes
+    #: it, however acquire() and release() are interleaved with the blocks.
+    blocks: list[bool] = field(default_factory=list)
 
 
 # Per session source (one client), per (prefix, task id): the claim.
@@ -110,7 +114,7 @@ class TaskLock:
 
         :raises BackendUnavailable: if the store cannot be reached
         """
-        listing = await self._source.backend.entries(self._prefix)
+        listing = await self._source.read(lambda b: b.entries(self._prefix))
         entries = listing.entries
         waiters = []
         for index, entry in enumerate(entries):
@@ -221,11 +225,13 @@ class TaskLock:
         await claim.hold._end()
 
     async def __aenter__(self) -> Hold:
-        claim = self._claim()
-        depth = claim.depth if claim is not None else 0
         hold = await self.acquire()
-        if depth == 0:
+        claim = self._claim()
+        assert claim is not None
+        opens = hold._scope is None
+        if opens:
             hold._enter_body()  # the outermost block runs in the scope a loss cancels
+        claim.blocks.append(opens)
         return hold
 
     async def __aexit__(
@@ -235,9 +241,12 @@ class TaskLock:
         exc_tb: TracebackType | None,
     ) -> bool:
         claim = self._claim()
-        if claim is None or claim.hold is None:
+        if claim is None or claim.hold is None or not claim.blocks:
             raise NotOwnerError(f"{self._what} {self._name!r} is not held by this task")
-        swallowed = claim.hold._exit_body(exc_type, exc_val, exc_tb) if claim.depth == 1 else False
+        opened = claim.blocks.pop()
+        swallowed = claim.hold._exit_body(exc_type, exc_val, exc_tb) if opened else False
+        if opened and claim.hold.lost:
+            claim.depth = 1  # a lost hold ends here, whatever acquire() left unreleased
         # Raises LockLost if it was lost (the body's exception becomes its context);
         # otherwise the body's own exception propagates untouched.
         await self.release()

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["RWLock"]
 
 _READER = _keys.WAITER_MARK + "r"
-_WRITER = _keys.WAITER_MARK + "w"
+_WRITER = _keys.EXCLUSIVE_MARK  # also every other recipe's entries (see _keys)
 
 
 _READ_RULE = Rule(kind=_WRITER)  # a reader counts only the writers ahead of it

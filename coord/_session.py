@@ -17,7 +17,7 @@ import logging
 import math
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 from anyio.abc import AsyncResource, TaskGroup
@@ -42,6 +42,11 @@ if TYPE_CHECKING:
     from .abc import Backend, Lease, Position
 
 __all__ = ["Session", "SessionSource", "check_ttl"]
+
+_T = TypeVar("_T")
+
+# Sessions a read tries (each lost under it) before it gives up.
+_READ_SESSIONS = 3
 
 _log = logging.getLogger("coord")
 
@@ -90,6 +95,23 @@ class SessionSource(ABC):
         :raises SessionExpiredError: if the session is lost and none will follow
         :raises ClosedError: if closed
         """
+
+    async def read(self, func: Callable[[Backend], Awaitable[_T]]) -> _T:
+        """Run the read-only request ``func(backend)``; again, on the next session, if
+        the current one is lost under it (ZooKeeper refuses every request between a
+        lost session and the next). A checkpoint.
+
+        :raises SessionExpiredError: if the session is lost and none will follow
+        """
+        for attempt in _retry.attempts():
+            try:
+                return await func(self.backend)
+            except SessionExpiredError:
+                if not self.renews or attempt >= _READ_SESSIONS:
+                    raise
+                await _retry.backoff(attempt)
+                await self.live()
+        raise AssertionError("unreachable")  # pragma: no cover
 
 
 class Session(SessionSource, AsyncResource):
@@ -315,8 +337,10 @@ class Session(SessionSource, AsyncResource):
         kind: str | None = None,
         waiter_id: Callable[[], str] | None = None,
         retry: bool = True,
+        durable: bool = False,
     ) -> Position:
-        """Register a new waiter entry under *prefix* on this session's lease.
+        """Register a new waiter entry under *prefix* on this session's lease (or a
+        durable entry, bound to no lease, with *durable*: a queued job).
 
         A checkpoint. The request runs in a task of the session, which owns its outcome:
         it is repeated after BackendUnavailable while the session lives (with *retry*),
@@ -331,7 +355,7 @@ class Session(SessionSource, AsyncResource):
         await checkpoint_if_cancelled()  # already cancelled: register nothing at all
         lease = self.check()
         new_id = waiter_id() if waiter_id is not None else _keys.new_waiter_id()
-        request = _Registration(prefix, new_id, lease, value, ahead, kind, retry)
+        request = _Registration(prefix, new_id, lease, value, ahead, kind, retry, durable)
         self.start_soon(lambda: request.run(self))
         try:
             await request.done.wait()
@@ -343,7 +367,10 @@ class Session(SessionSource, AsyncResource):
             raise
         if request.error is not None:
             raise request.error
-        assert request.position is not None
+        if request.position is None:  # the session's tasks were cancelled under it
+            if self._closed and not self.lost:
+                raise ClosedError("the session was closed during a registration")
+            raise SessionExpiredError(f"the session ended during a registration ({self.reason})")
         return request.position
 
     async def delete(self, entry: Entry) -> bool | None:
@@ -363,6 +390,61 @@ class Session(SessionSource, AsyncResource):
         with anyio.move_on_after(self._ttl, shield=True):
             await done.wait()
         return outcome[0] if outcome else None
+
+    async def settle(
+        self,
+        func: Callable[[], Awaitable[_T]],
+        *,
+        undo: Callable[[_T | None], None] | None = None,
+    ) -> _T | None:
+        """Await ``func()`` in a task of the session, which owns its outcome: a native
+        asyncio cancellation of the caller stops the wait, not the work. Waits shielded
+        from anyio cancellation, bounded by the TTL.
+
+        If the caller goes away (cancelled, or the TTL passed) *undo* is called when the
+        work ends: with its result, or with None if it raised (its outcome is unknown, as
+        after a lost reply). So whatever it did for a caller that is gone can be undone.
+
+        Returns the result, or None if it did not finish in time; raises what it raised.
+        """
+        if self._tg is None or self._closed:
+            raise ClosedError("the session is not open")
+        box: list[Any] = []
+        done = anyio.Event()
+        abandoned = False
+
+        def undo_now() -> None:
+            if undo is not None:
+                undo(None if isinstance(box[0], _Failed) else box[0])
+
+        async def run() -> None:
+            try:
+                box.append(await func())
+            except Exception as exc:
+                box.append(_Failed(exc))
+            finally:
+                done.set()
+                # Checked with no checkpoint since the outcome arrived: either the caller
+                # takes it, or it has gone and the outcome is undone here.
+                if abandoned and box:
+                    undo_now()
+
+        self._tg.start_soon(run)
+        try:
+            with anyio.move_on_after(self._ttl, shield=True):
+                await done.wait()
+        except BaseException:
+            if done.is_set() and box:
+                undo_now()
+            else:
+                abandoned = True
+            raise
+        if not box:
+            abandoned = True
+            return None
+        if isinstance(box[0], _Failed):
+            raise box[0].error
+        return box[0]  # type: ignore[no-any-return]
 
     def discard(self, entry: Entry) -> None:
         """Delete a waiter entry that nobody holds, in a task of the session, at once and
@@ -396,6 +478,11 @@ class Session(SessionSource, AsyncResource):
             done.set()
 
 
+class _Failed:
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
 class _Registration:
     """One registration request and its outcome, owned by a task of the session."""
 
@@ -408,7 +495,9 @@ class _Registration:
         ahead: int | None,
         kind: str | None,
         retry: bool,
+        durable: bool = False,
     ) -> None:
+        self.durable = durable
         self.prefix = prefix
         self.kind = kind
         self.waiter_id = waiter_id
@@ -439,7 +528,8 @@ class _Registration:
             self.done.set()
             orphan = self.abandoned or self.error is not None
         if orphan and not session.lost:
-            provisional = Entry(self.prefix + self.waiter_id, lease=self.lease.id)
+            lease_id = 0 if self.durable else self.lease.id
+            provisional = Entry(self.prefix + self.waiter_id, lease=lease_id)
             session.discard(self.position.entry if self.position else provisional)
 
     async def _attempts(self, session: Session) -> Position:
@@ -451,7 +541,7 @@ class _Registration:
                     return await backend.register(
                         self.prefix,
                         self.waiter_id,
-                        self.lease,
+                        None if self.durable else self.lease,
                         value=self.value,
                         ahead=self.ahead,
                         kind=self.kind,

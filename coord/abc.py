@@ -1,8 +1,10 @@
 """The backend contract: what a coordination store must offer coord's recipes.
 
 It is as small as etcd's ``concurrency`` package needs: a lease with keepalive and a loss
-signal; ordered waiter entries bound to a lease; the nearest entries ahead of mine; a wait
-for deletion; a guarded delete; get/put/compare-and-set; a prefix watch. Recipes (mutex,
+signal; ordered waiter entries bound to a lease (or durable, for queues); the nearest
+entries ahead of mine; a wait for deletion; a guarded delete; get/put/compare-and-set; a
+prefix watch; and one small all-or-nothing transaction over entries (etcd ``Txn``,
+ZooKeeper ``multi``), which the queue's claims and fenced acks are made of. Recipes (mutex,
 election, ...) are written once against :class:`Backend` and never learn which store runs
 under them. Keys are relative to the backend's namespace and use ``/`` as separator.
 
@@ -31,11 +33,15 @@ __all__ = [
     "Backend",
     "Change",
     "ChangeKind",
+    "Create",
     "Entry",
     "EntryGoneError",
     "Lease",
     "Listing",
+    "Op",
     "Position",
+    "Remove",
+    "Update",
 ]
 
 
@@ -104,6 +110,42 @@ class Change:
     kind: ChangeKind
     entry: Entry
     revision: int = field(default=0)
+
+
+@dataclass(frozen=True)
+class Create:
+    """A transaction step: create the entry ``prefix + waiter_id[+ suffix]``, as
+    :meth:`Backend.register` does (ordered after every entry created before it), bound
+    to *lease*, or durable (kept until deleted) when *lease* is None. *waiter_id* must be
+    new (a fresh ``@``-id): a transaction is never repeated, so it cannot meet itself. (An
+    existing key fails the transaction on etcd and memory; on ZooKeeper the sequence
+    suffix makes every created name new: callers never reuse an id.)"""
+
+    prefix: str
+    waiter_id: str
+    value: bytes = b""
+    lease: Lease | None = None
+
+
+@dataclass(frozen=True)
+class Update:
+    """A transaction step, and a guard: set *entry*'s value, only if it still exists as
+    given (same creation revision, same version). It keeps its revision and lease."""
+
+    entry: Entry
+    value: bytes
+
+
+@dataclass(frozen=True)
+class Remove:
+    """A transaction step, and a guard: delete *entry*, only if it still exists as given
+    (same creation revision, same version)."""
+
+    entry: Entry
+
+
+#: One step of :meth:`Backend.transact`.
+Op = Create | Update | Remove
 
 
 class Lease(ABC):
@@ -190,6 +232,11 @@ class Backend(AsyncResource):
     any_event_loop: bool = True
     #: The longest lease TTL the store accepts, in seconds (checked when a client is made).
     max_ttl: float = math.inf
+    #: The largest entry value this backend accepts in any write, in bytes: a value that
+    #: fits is always writable again by an :class:`Update` in a transaction with small
+    #: entries beside it (etcd's request limit is 1.5 MiB by default, ZooKeeper's
+    #: ``jute.maxbuffer`` 1 MiB per request).
+    max_value_size: int = 1_000_000
 
     @abstractmethod
     async def grant(self, ttl: float) -> Lease:
@@ -204,16 +251,18 @@ class Backend(AsyncResource):
         self,
         prefix: str,
         waiter_id: str,
-        lease: Lease,
+        lease: Lease | None,
         *,
         value: bytes = b"",
         ahead: int | None = 1,
         kind: str | None = None,
     ) -> Position:
-        """Create a waiter entry ``prefix + waiter_id[+ suffix]`` bound to *lease*.
+        """Create a waiter entry ``prefix + waiter_id[+ suffix]`` bound to *lease*, or a
+        durable one (kept until deleted, e.g. a queued job) if *lease* is None.
 
         One round trip: the entry is created and its position read atomically. Registering
         the same *waiter_id* twice returns the existing entry (a retry after a lost reply).
+        With ``ahead=0`` nothing but my entry is read (no listing of the queue).
 
         :param ahead: how many of the nearest entries ahead to return (``None``: all)
         :param kind: return only entries ahead whose waiter id starts with *kind* (e.g.
@@ -293,6 +342,27 @@ class Backend(AsyncResource):
         revision and its lease; *lease* binds only a key this write creates.
 
         :raises ConfigurationError: to create (*version* None) a waiter key
+        """
+
+    @abstractmethod
+    async def transact(self, ops: Sequence[Op]) -> tuple[Entry | None, ...] | None:
+        """Apply *ops* all together, or none of them.
+
+        Every :class:`Update` and :class:`Remove` is also a guard: the transaction happens
+        only if each of their entries still exists with the same creation revision and
+        version (so "ack this job only while my claim is still mine" is one transaction
+        removing both). Their entries must be waiter entries (made by :meth:`register` or
+        a :class:`Create`), each key at most once per transaction.
+
+        Returns None if a guard failed (nothing was written), else one item per op: the
+        new entry of a Create or Update (all with the same new revision/version: the
+        transaction's), None for a Remove. A checkpoint. Not repeated after a lost reply
+        (it could then fail its own guards): BackendUnavailable means the outcome is
+        unknown; read again to find out.
+
+        :raises ConfigurationError: for an op on a key that is not a waiter entry, a key
+            used twice, or a value over :attr:`max_value_size`
+        :raises SessionExpiredError: if a Create's lease is lost
         """
 
     @abstractmethod

@@ -57,3 +57,30 @@ def test_leader_example_takes_over_after_sigkill_on_etcd(etcd_url: str) -> None:
 def test_leader_example_takes_over_after_sigkill_on_zookeeper(zookeeper_url: str) -> None:
     out = run_example("leader.py", zookeeper_url)
     assert "another worker took over in" in out
+
+
+@pytest.mark.etcd
+def test_dispatch_example_keeps_per_key_order_on_etcd(etcd_url: str) -> None:
+    # 8 workers in 3 processes: per-customer order and one job of a customer at a time.
+    out = run_example("dispatch.py", etcd_url)
+    assert "40 jobs done by 8 workers; per-customer order kept" in out
+
+
+@pytest.mark.zookeeper
+def test_dispatch_example_keeps_per_key_order_on_zookeeper(zookeeper_url: str) -> None:
+    out = run_example("dispatch.py", zookeeper_url)
+    assert "40 jobs done by 8 workers; per-customer order kept" in out
+
+
+def test_dispatch_example_on_memory() -> None:
+    out = run_example("dispatch.py", "memory://dispatch")
+    assert "per-customer order kept" in out
+
+
+@pytest.mark.etcd
+@pytest.mark.kafka
+def test_kafka_dispatch_example(etcd_server: object, kafka_broker: object) -> None:
+    # It starts its own etcd and broker (the fixtures only apply the skip/fail policy).
+    del etcd_server, kafka_broker
+    out = run_example("kafka_dispatch.py")
+    assert "12 records, per-key order kept, 2 leaders' fences" in out

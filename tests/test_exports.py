@@ -18,13 +18,15 @@ def test_every_export_exists_and_lives_in_coord() -> None:
 def test_exports_are_exactly_the_public_names() -> None:
     # (pytest's assertion rewriting adds "@py_..." names to the plugin's package)
     public = {n for n in dir(coord) if n[0] not in "_@" and n != "annotations"}
-    modules = {"abc", "backends", "testing"}
+    modules = {"abc", "backends", "kafka", "testing"}
     assert set(coord.__all__) == public - modules
 
 
 def test_error_tree() -> None:
     assert issubclass(coord.LockLost, coord.SessionExpiredError)
     assert issubclass(coord.LeadershipLost, coord.LockLost)
+    assert issubclass(coord.ClaimLost, coord.LockLost)
+    assert issubclass(coord.JobNotFound, LookupError)
     for exc in (
         coord.BackendError,
         coord.SessionExpiredError,
@@ -49,7 +51,19 @@ def test_importing_coord_imports_no_backend() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-RECIPES = ["_turns", "_locking", "_hold", "_mutex", "_semaphore", "_rwlock", "_election"]
+RECIPES = [
+    "_turns",
+    "_locking",
+    "_hold",
+    "_mutex",
+    "_semaphore",
+    "_rwlock",
+    "_election",
+    "_queue",
+    "_claiming",
+    "_settle",
+    "_jobs",
+]
 
 
 def test_recipes_import_only_the_contract() -> None:

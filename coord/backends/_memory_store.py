@@ -16,10 +16,14 @@ import anyio
 
 from .._exceptions import SessionExpiredError
 from .._keys import WAITER_MARK
-from ..abc import Change, ChangeKind, Entry, Position
+from ..abc import Change, ChangeKind, Create, Entry, Position, Update
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from anyio.streams.memory import MemoryObjectSendStream
+
+    from ..abc import Op
 
 __all__ = ["MemoryStore"]
 
@@ -96,13 +100,28 @@ class MemoryStore:
         self.revision += 1
         return self.revision
 
-    def _put(self, key: str, value: bytes, lease: int) -> Entry:
+    def _apply(self, ops: Sequence[Op]) -> tuple[Entry | None, ...]:
+        """Apply a checked transaction at one new revision (like an etcd txn)."""
+        rev = self._next_revision()
+        results: list[Entry | None] = []
+        for op in ops:
+            if isinstance(op, Create):
+                lease = op.lease.id if op.lease is not None else 0
+                results.append(self._put(op.prefix + op.waiter_id, op.value, lease, rev=rev))
+            elif isinstance(op, Update):
+                results.append(self._put(op.entry.key, op.value, op.entry.lease, rev=rev))
+            else:
+                self._delete_key(op.entry.key, rev=rev)
+                results.append(None)
+        return tuple(results)
+
+    def _put(self, key: str, value: bytes, lease: int, *, rev: int = 0) -> Entry:
         if lease and lease not in self._leases:
             raise SessionExpiredError(f"lease {lease:x} not found")
         old = self._kv.get(key)
         if old is not None and old.lease and old.lease in self._leases:
             self._leases[old.lease].keys.discard(key)
-        rev = self._next_revision()
+        rev = rev or self._next_revision()
         entry = Entry(key, value, old.revision if old else rev, rev, lease)
         self._kv[key] = entry
         if lease:
@@ -112,13 +131,13 @@ class MemoryStore:
         self._notify(Change(ChangeKind.PUT, entry, rev))
         return entry
 
-    def _delete_key(self, key: str) -> bool:
+    def _delete_key(self, key: str, *, rev: int = 0) -> bool:
         entry = self._kv.pop(key, None)
         if entry is None:
             return False
         if entry.lease in self._leases:
             self._leases[entry.lease].keys.discard(key)
-        rev = self._next_revision()
+        rev = rev or self._next_revision()
         for event in self._deleted.pop(key, ()):
             self.wakeups += 1
             event.set()

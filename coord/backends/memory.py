@@ -32,10 +32,12 @@ from .._exceptions import (
     ConfigurationError,
     EntryGoneError,
     ResyncNeeded,
+    SessionExpiredError,
 )
-from ..abc import Backend, Change, ChangeKind, Entry, Lease, Listing, Position
+from ..abc import Backend, Change, ChangeKind, Create, Entry, Lease, Listing, Position
 from ._keepalive import KeptAliveLease
 from ._memory_store import MemoryStore, _LeaseRecord
+from ._txn import check_ops, check_value
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator, Sequence
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
     from .._url import ParsedURL
+    from ..abc import Op
 
 __all__ = ["MemoryBackend", "MemoryStore"]
 
@@ -202,17 +205,18 @@ class MemoryBackend(Backend):
         self,
         prefix: str,
         waiter_id: str,
-        lease: Lease,
+        lease: Lease | None,
         *,
         value: bytes = b"",
         ahead: int | None = 1,
         kind: str | None = None,
     ) -> Position:
+        check_value(value, self.max_value_size, f"register {prefix + waiter_id!r}")
         await self._enter()
         key = prefix + waiter_id
         entry = self.store._kv.get(key)
         if entry is None:
-            entry = self.store._put(key, value, lease.id)
+            entry = self.store._put(key, value, lease.id if lease else 0)
         position = self.store._position(entry, prefix, ahead, kind)
         await checkpoint()
         return position
@@ -290,6 +294,7 @@ class MemoryBackend(Backend):
 
     async def put(self, key: str, value: bytes, *, lease: Lease | None = None) -> Entry:
         _keys.check_plain_key(key, "put")
+        check_value(value, self.max_value_size, f"put {key!r}")
         await self._enter()
         entry = self.store._put(key, value, self._lease_of(key, lease))
         await checkpoint()
@@ -310,6 +315,29 @@ class MemoryBackend(Backend):
         entry = self.store._put(key, value, self._lease_of(key, lease)) if ok else None
         await checkpoint()
         return entry
+
+    async def transact(self, ops: Sequence[Op]) -> tuple[Entry | None, ...] | None:
+        check_ops(ops, self.max_value_size)
+        await self._enter()
+        store = self.store
+        for op in ops:
+            if isinstance(op, Create):
+                if op.lease is not None and op.lease.id not in store._leases:
+                    raise SessionExpiredError(f"lease {op.lease.id:x} not found")
+                if op.prefix + op.waiter_id in store._kv:  # as etcd: the key must be new
+                    await checkpoint()
+                    return None
+                continue
+            current = store._kv.get(op.entry.key)
+            if current is None or (current.revision, current.version) != (
+                op.entry.revision,
+                op.entry.version,
+            ):
+                await checkpoint()
+                return None
+        results = store._apply(ops)
+        await checkpoint()
+        return results
 
     async def entries(self, prefix: str, *, limit: int | None = None) -> Listing:
         await self._enter()

@@ -3,6 +3,8 @@
 * :class:`EtcdServer` starts a real etcd (Debian's ``etcd-server``) on free loopback ports
   in a temporary directory, and can stop, restart, pause (SIGSTOP) and resume it;
   :class:`ZooKeeperServer` does the same for ZooKeeper (Debian's ``zookeeper``, on Java).
+* :class:`TansuBroker` and :class:`NoidaBroker` start Kafka-protocol brokers (from PyPI
+  wheels) on a free loopback port: without and with transactions.
 * :class:`TcpProxy` sits between one client and a server and delays, drops, holds
   (a partition) or resets its traffic, or refuses connections.
 * Fault hooks that work on every backend: :func:`expire_session` (the store ends a
@@ -22,6 +24,7 @@ from ._faults import (
     wait_for_no_waiters,
     wait_for_waiters,
 )
+from ._kafka import KafkaBroker, NoidaBroker, TansuBroker
 from ._proxy import TcpProxy
 from ._servers import EtcdCluster, EtcdServer, ServerNotFound, ServerTLS, free_port
 from ._zookeeper import ZooKeeperEnsemble, ZooKeeperServer
@@ -29,8 +32,11 @@ from ._zookeeper import ZooKeeperEnsemble, ZooKeeperServer
 __all__ = [
     "EtcdCluster",
     "EtcdServer",
+    "KafkaBroker",
+    "NoidaBroker",
     "ServerNotFound",
     "ServerTLS",
+    "TansuBroker",
     "TcpProxy",
     "ZooKeeperEnsemble",
     "ZooKeeperServer",

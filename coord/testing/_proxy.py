@@ -346,9 +346,11 @@ class _Link:
             chunks.popleft()
             if not chunk:
                 return  # the other side finished: so does this one
+            # Counted as it is handed on, before the other side can see it (a test that
+            # read the reply must find it counted).
+            proxy.forwarded[side] += len(chunk)
             writer.write(chunk)
             await writer.drain()
-            proxy.forwarded[side] += len(chunk)
 
 
 def _abort(writer: asyncio.StreamWriter) -> None:

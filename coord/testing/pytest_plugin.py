@@ -9,6 +9,10 @@ Loaded automatically (entry point ``pytest11``) when coord is installed. Fixture
 * ``zookeeper_server`` (session) and ``zookeeper_url`` (a fresh chroot per test): the
   same for ZooKeeper (:class:`~coord.testing.ZooKeeperServer`);
   ``$COORD_TEST_ZOOKEEPER_URL`` points the tests at an existing ensemble.
+* ``kafka_broker`` (session): a Kafka-protocol broker without transactions
+  (:class:`~coord.testing.TansuBroker`); ``kafka_txn_broker`` (session): one with
+  transactions (:class:`~coord.testing.NoidaBroker`). Each has ``.bootstrap``;
+  ``$COORD_TEST_KAFKA_URL`` (``host:port``) points both at a real Apache Kafka instead.
 
 A missing server binary skips the tests that need it, loudly, on a laptop; when the
 ``CI`` environment variable is set it fails them: CI never passes by skipping.
@@ -22,13 +26,22 @@ from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 
+from ._kafka import KafkaBroker, NoidaBroker, TansuBroker
 from ._servers import EtcdServer, ServerNotFound, _Process
 from ._zookeeper import ZooKeeperServer
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Generator, Iterator
 
-__all__ = ["etcd_server", "etcd_url", "fresh_namespace", "zookeeper_server", "zookeeper_url"]
+__all__ = [
+    "etcd_server",
+    "etcd_url",
+    "fresh_namespace",
+    "kafka_broker",
+    "kafka_txn_broker",
+    "zookeeper_server",
+    "zookeeper_url",
+]
 
 _P = TypeVar("_P", bound=_Process)
 
@@ -91,6 +104,39 @@ def zookeeper_url(request: pytest.FixtureRequest) -> str:
     return _url(request, "COORD_TEST_ZOOKEEPER_URL", "zookeeper_server")
 
 
+class ExternalKafka:
+    """A broker given by ``$COORD_TEST_KAFKA_URL``: nothing is started."""
+
+    transactions = True
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+
+
+def _kafka(factory: Callable[[], KafkaBroker]) -> Iterator[KafkaBroker | ExternalKafka]:
+    external = os.environ.get("COORD_TEST_KAFKA_URL")
+    if external:
+        yield ExternalKafka(external)
+        return
+    broker = _start_or_skip(factory)
+    try:
+        yield broker
+    finally:
+        broker.close()
+
+
+@pytest.fixture(scope="session")
+def kafka_broker() -> Iterator[KafkaBroker | ExternalKafka]:
+    """A Kafka-protocol broker (Tansu: no transactions) for this test session."""
+    yield from _kafka(TansuBroker)
+
+
+@pytest.fixture(scope="session")
+def kafka_txn_broker() -> Iterator[KafkaBroker | ExternalKafka]:
+    """A Kafka-protocol broker with transactions (noida-db) for this test session."""
+    yield from _kafka(NoidaBroker)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
@@ -103,7 +149,7 @@ def pytest_runtest_makereport(
         for value in funcargs.values():
             if isinstance(value, _Process):
                 report.sections.append((f"{value.name} log (tail)", value.log_tail()))
-        for fixture in ("etcd_server", "zookeeper_server"):
+        for fixture in ("etcd_server", "zookeeper_server", "kafka_broker", "kafka_txn_broker"):
             server = _session_server(item, fixture)
             if server is not None and server not in funcargs.values():
                 report.sections.append((f"{server.name} log (tail)", server.log_tail()))

@@ -12,7 +12,7 @@ import pytest
 
 import coord
 from coord.abc import Backend, ChangeKind, Lease
-from coord.testing import compact, drop_key
+from coord.testing import compact, drop_key, expire_session
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -218,3 +218,129 @@ async def test_watch_from_lost_history_raises_resync_needed(
             await backend.delete(fresh.entries[0])
             change = await changes.__anext__()
             assert change.kind is ChangeKind.DELETE
+
+
+# -- durable entries and transactions (the queue's part of the contract, issue 8) ---------
+
+
+async def test_durable_entries_outlive_their_session(clients: list[coord.Client]) -> None:
+    backend, lease, other, _ = parts(clients)
+    durable = await backend.register("c/dur/", wid("j"), None, value=b"job", ahead=0)
+    bound = await backend.register("c/dur/", wid("j"), lease, ahead=0)
+    assert durable.ahead == ()
+    assert durable.entry.lease == 0
+    assert durable.entry.value == b"job"
+    repeated = wid("j")
+    first = await backend.register("c/dur/", repeated, None, ahead=0)
+    assert (await backend.register("c/dur/", repeated, None, ahead=0)).entry == first.entry
+    await expire_session(clients[0])  # the lease goes, and its entries with it
+    listing = await other.entries("c/dur/")
+    assert [e.key for e in listing.entries] == [durable.entry.key, first.entry.key]
+    assert bound.entry.key not in {e.key for e in listing.entries}
+
+
+async def test_transact_is_all_or_nothing(clients: list[coord.Client]) -> None:
+    from coord.abc import Create, Remove, Update
+
+    other, other_lease, backend, lease = parts(clients)
+    job = (await other.register("c/tx/jobs/", wid("j"), None, value=b"v0", ahead=0)).entry
+    claim_id = wid("c")
+    done = await backend.transact(
+        [Update(job, b"v1"), Create("c/tx/claims/", claim_id, b"me", lease=lease)]
+    )
+    assert done is not None
+    updated, claim = done
+    assert updated is not None
+    assert claim is not None
+    assert (updated.key, updated.value, updated.revision) == (job.key, b"v1", job.revision)
+    assert updated.version != job.version
+    assert claim.lease == lease.id
+    assert claim.value == b"me"
+    assert claim.key.startswith("c/tx/claims/" + claim_id)
+    assert claim.revision > job.revision
+    assert await other.get(claim.key) == claim
+    assert await backend.get(job.key) == updated
+    # The old version of the job is a failed guard: nothing else happens either.
+    stale = await other.transact(
+        [Update(job, b"zombie"), Create("c/tx/claims/", wid("c"), b"", lease=other_lease)]
+    )
+    assert stale is None
+    assert [e.key for e in (await backend.entries("c/tx/claims/")).entries] == [claim.key]
+    assert (await backend.get(job.key)) == updated
+    # A removed guard entry fails the whole transaction.
+    await backend.delete(claim)
+    assert await backend.transact([Remove(updated), Remove(claim)]) is None
+    assert await backend.get(job.key) == updated
+    # Everything guarded holds: all of it happens, at one new revision.
+    claim2 = (await backend.register("c/tx/claims/", wid("c"), lease, ahead=0)).entry
+    moved = await backend.transact(
+        [Remove(updated), Remove(claim2), Create("c/tx/dead/", wid("d"), b"dl", None)]
+    )
+    assert moved is not None
+    dead = moved[2]
+    assert dead is not None
+    assert moved[:2] == (None, None)
+    assert dead.lease == 0
+    assert await backend.get(job.key) is None
+    assert await backend.get(claim2.key) is None
+    assert [e.key for e in (await other.entries("c/tx/dead/")).entries] == [dead.key]
+
+
+async def test_transact_creates_in_order_and_reports_creations(
+    clients: list[coord.Client],
+) -> None:
+    from coord.abc import Create
+
+    backend, lease, other, _ = parts(clients)
+    listing = await other.entries("c/txw/")
+    with anyio.fail_after(10):
+        async with other.watch("c/txw/", revision=listing.revision) as changes:
+            first = (await backend.register("c/txw/", wid(), None, ahead=0)).entry
+            done = await backend.transact([Create("c/txw/", wid(), b"x", lease=lease)])
+            assert done is not None
+            second = done[0]
+            assert second is not None
+            assert second.revision > first.revision
+            keys = [(await changes.__anext__()).entry.key for _ in range(2)]
+            assert keys == [first.key, second.key]
+    assert [e.key for e in (await other.entries("c/txw/")).entries] == [first.key, second.key]
+
+
+async def test_transact_refuses_bad_requests_before_sending(clients: list[coord.Client]) -> None:
+    from coord.abc import Create, Entry, Remove, Update
+
+    backend, lease, _, _ = parts(clients)
+    entry = (await backend.register("c/txbad/", wid(), lease)).entry
+    plain = await backend.put("c/txbad/plain", b"")
+    bad: list[list[coord.abc.Op]] = [
+        [],
+        [Update(plain, b"")],
+        [Remove(Entry("c/txbad/@x"))],  # provisional
+        [Update(entry, b""), Remove(entry)],
+        [Create("c/txbad", wid(), b"")],
+        [Create("c/txbad/", "nomark", b"")],
+        [Update(entry, b"x" * (backend.max_value_size + 1))],
+        [Update(entry, "text")],  # type: ignore[arg-type]
+    ]
+    for ops in bad:
+        with pytest.raises(coord.ConfigurationError):
+            await backend.transact(ops)
+    assert await backend.get(entry.key) == entry
+    with pytest.raises(coord.ConfigurationError, match="at most"):
+        await backend.register("c/txbad/", wid(), None, value=b"x" * (backend.max_value_size + 1))
+    assert [e.key for e in (await backend.entries("c/txbad/")).entries] == [entry.key]
+
+
+async def test_transact_with_a_lost_lease_writes_nothing(clients: list[coord.Client]) -> None:
+    from coord.abc import Create, Update
+
+    backend, lease, other, _ = parts(clients)
+    job = (await other.register("c/txlost/", wid("j"), None, ahead=0)).entry
+    await expire_session(clients[0])
+    # A lost lease is one the client knows is lost. Before it knows (ZooKeeper learns of
+    # the expiry on reconnecting), a request may also fail as BackendUnavailable.
+    with anyio.fail_after(30):
+        await lease.wait_lost()
+    with pytest.raises(coord.SessionExpiredError):
+        await backend.transact([Update(job, b"x"), Create("c/txlost/", wid("c"), lease=lease)])
+    assert await other.get(job.key) == job

@@ -308,3 +308,78 @@ async def test_a_candidate_never_leads_on_a_key_it_lost_while_waiting(
                 assert new_key != lost_key
             await led.wait_for(bool)  # a resigned: b leads, on its new key
     assert led.items[0].key == new_key
+
+
+async def test_observe_survives_its_own_clients_session_losses(
+    clients: list[coord.Client],
+) -> None:
+    """Between a lost session and the next, ZooKeeper refuses every request: observe()
+    reads again once the next session is there, and never ends on its own."""
+    a, _, c, _ = clients
+    seen: list[coord.Leader | None] = []
+
+    async def observe() -> None:
+        async for leader in c.election("obs-own").observe():
+            seen.append(leader)  # noqa: PERF401  (it never ends: read while it runs)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(observe)
+        with anyio.fail_after(10):
+            while not seen:  # noqa: ASYNC110  (a test watching a side effect)
+                await anyio.sleep(0.01)
+        for _ in range(2):
+            old = c.session
+            await expire_session(c)
+            with anyio.fail_after(20):
+                while c.session is old or c.session.lost:  # noqa: ASYNC110
+                    await anyio.sleep(0.05)
+        assert await c.election("obs-own").leader() is None
+        async with a.election("obs-own").campaign(b"a") as term:
+            with anyio.fail_after(10):
+                while not seen or seen[-1] is None:  # noqa: ASYNC110
+                    await anyio.sleep(0.01)
+            assert seen[-1] == coord.Leader(term.key, b"a", term.fence)
+        tg.cancel_scope.cancel()
+
+
+async def candidates(client: coord.Client) -> tuple[object, ...]:
+    return (await client.backend.entries("handoff/")).entries
+
+
+async def test_leader_is_never_none_while_someone_leads(clients: list[coord.Client]) -> None:
+    """Leaders hand over while the next candidate is already queued: leader() must never
+    say "no leader" (on ZooKeeper the head could be deleted between the listing and its
+    read, and the entry behind it was not read)."""
+    a, b, c, d = clients
+    nones = reads = 0
+    stop = anyio.Event()
+
+    async def poll() -> None:
+        nonlocal nones, reads
+        election = c.election("handoff")
+        while not stop.is_set():
+            leader = await election.leader()
+            if stop.is_set():
+                break  # the candidates may be leaving: the queue may be empty now
+            reads += 1
+            nones += leader is None
+
+    async def candidate(client: coord.Client, value: bytes) -> None:
+        while not stop.is_set():
+            async with client.election("handoff").campaign(value):
+                # resign only once somebody else is queued behind me
+                while not stop.is_set() and len(await candidates(client)) < 2:  # noqa: ASYNC110
+                    await anyio.sleep(0.001)
+
+    async with anyio.create_task_group() as tg:
+        for client, value in ((a, b"a"), (b, b"b"), (d, b"d")):
+            tg.start_soon(candidate, client, value)
+        with anyio.fail_after(10):
+            while len(await candidates(c)) < 2:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+        for _ in range(3):
+            tg.start_soon(poll)
+        await anyio.sleep(3)
+        stop.set()
+    assert reads > 0
+    assert nones == 0, f"leader() said 'no leader' {nones} times of {reads} while one led"

@@ -622,3 +622,39 @@ async def test_release_wakes_exactly_one_waiter(clients: list[coord.Client]) -> 
     # old holder's delete overtakes its guard-watch cancel (another stream) on the server.
     assert abs(costs[1] - costs[0]) <= 1, f"notifications per release grew with waiters: {costs}"
     assert max(costs) <= 6, costs
+
+
+async def test_reentrant_acquire_inside_a_block_released_after_it(
+    clients: list[coord.Client],
+) -> None:
+    """RLock style: acquired once more inside ``async with``, released after the block.
+    The block that opened the body's cancel scope closes it (it used to be closed only at
+    depth 1, corrupting the task's scope stack)."""
+    a, b, _, _ = clients
+    mutex = a.mutex("re-unnested", reentrant=True)
+    async with mutex:
+        await mutex.acquire()
+    assert mutex.locked()
+    await mutex.release()
+    assert not mutex.locked()
+    await anyio.sleep(0.05)  # a later checkpoint in this task: the scope stack is sound
+    with anyio.fail_after(10):
+        await wait_for_no_waiters(b, "re-unnested")
+
+
+async def test_reentrant_hold_lost_with_an_acquire_unreleased(
+    clients: list[coord.Client],
+) -> None:
+    """Lost while an inner acquire() has no release yet: the block still ends the hold
+    and raises LockLost (not a bare cancellation), and nothing stays held."""
+    a, b, _, _ = clients
+    mutex = a.mutex("re-lost", reentrant=True)
+    with anyio.fail_after(10):
+        with pytest.raises(coord.LockLost):
+            async with mutex as hold:
+                await mutex.acquire()
+                await drop_key(a, hold.key)
+                await anyio.sleep(5)  # cancelled by the loss
+        assert not mutex.locked()
+        async with b.mutex("re-lost"):
+            pass

@@ -9,11 +9,14 @@ asyncio.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+import contextlib
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
 
+from coord import BackendUnavailable
+from coord.abc import Create
 from coord.testing import wait_for_no_waiters, wait_for_waiters
 
 from .conftest import ASYNCIO_STORES
@@ -87,3 +90,153 @@ async def test_wait_for_around_the_body_releases(clients: list[coord.Client]) ->
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(hold_forever(), 0.2)
     await _no_keys_then_acquire(b, "native-body")
+
+
+async def test_task_cancel_while_claiming_leaves_no_claim(clients: list[coord.Client]) -> None:
+    a, b, _, _ = clients
+    claimer = asyncio.create_task(a.queue("native-claim").claim().__aenter__())
+    with anyio.fail_after(10):
+        await wait_for_waiters(a, "native-claim/_turn", 1)
+    claimer.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await claimer
+    await b.queue("native-claim").put(b"x")
+    with anyio.fail_after(10):
+        async with b.queue("native-claim").claim() as job:
+            assert (job.payload, job.attempt) == (b"x", 0)
+        await wait_for_no_waiters(a, "native-claim/_claims")
+
+
+async def test_timeout_around_the_ack_still_acks(clients: list[coord.Client]) -> None:
+    a, b, _, _ = clients
+    queue = a.queue("native-ack")
+    await queue.put(b"x")
+    claiming = queue.claim()
+    job = await claiming.__aenter__()  # (the body's cancel scope opens here: no scope around)
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0):  # fires at the ack's first await
+            await claiming.__aexit__(None, None, None)
+    with anyio.fail_after(10):
+        while (await b.queue("native-ack").stats()).depth:  # noqa: ASYNC110
+            await anyio.sleep(0.05)
+    assert job.payload == b"x"
+
+
+async def test_cancel_during_a_claim_whose_reply_is_lost_leaves_no_claim(
+    clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim transaction is applied, its reply lost, and the claimer cancelled
+    meanwhile: the session task that owned the request deletes the claim it may have
+    made, so the job does not stay claimed by a live session that nobody works for."""
+    a, b, _, _ = clients
+    await b.queue("lost-claim").put(b"x")
+    real = a.backend.transact
+    started, gate = asyncio.Event(), asyncio.Event()
+
+    async def lossy(ops: Any) -> Any:
+        result = await real(ops)  # applied on the store...
+        if any(isinstance(op, Create) and "/_claims/" in op.prefix for op in ops):
+            started.set()
+            await gate.wait()
+            raise BackendUnavailable("reply lost")  # ...but the reply is lost
+        return result
+
+    monkeypatch.setattr(a.backend, "transact", lossy)
+    claimer = asyncio.create_task(a.queue("lost-claim").claim().__aenter__())
+    await asyncio.wait_for(started.wait(), 10)
+    claimer.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await claimer
+    gate.set()
+    with anyio.fail_after(10):
+        async with b.queue("lost-claim").claim() as job:
+            assert job.payload == b"x"
+
+
+async def test_a_put_whose_reply_is_lost_is_not_repeated(
+    clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Repeating a put after a lost reply could queue again a job that a worker took and
+    acked meanwhile (it would run twice): the put raises instead."""
+    a, b, _, _ = clients
+    real = a.backend.register
+    gate = asyncio.Event()
+
+    async def lossy(prefix: str, waiter_id: str, lease: Any, **options: Any) -> Any:
+        position = await real(prefix, waiter_id, lease, **options)  # created on the store
+        if prefix.endswith("/_jobs/") and not gate.is_set():
+            await gate.wait()
+            raise BackendUnavailable("reply lost")
+        return position
+
+    monkeypatch.setattr(a.backend, "register", lossy)
+    ran: list[str] = []
+
+    async def worker() -> None:
+        while True:
+            async with b.queue("lost-put").claim() as job:
+                ran.append(job.id)
+            gate.set()  # the put's reply is "lost" after this ack
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker)
+            with pytest.raises(BackendUnavailable):
+                await a.queue("lost-put").put(b"once")
+            await anyio.sleep(1)
+            tg.cancel_scope.cancel()
+    assert len(ran) == 1, f"a job put once ran {len(ran)} times"
+
+
+async def test_a_cancelled_unpark_leaves_nothing_among_the_claims(
+    clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b, _, _ = clients
+    queue = a.queue("unpark-cancel", max_attempts=1)
+    await queue.put(b"x", key="k")
+    with pytest.raises(ValueError, match="no"):
+        async with queue.claim():
+            raise ValueError("no")
+    real = a.backend.transact
+    unparking: list[asyncio.Task[int]] = []
+
+    async def then_cancelled(ops: Any) -> Any:
+        result = await real(ops)
+        unparking[0].cancel()  # right after the transaction: at its next await
+        return result
+
+    monkeypatch.setattr(a.backend, "transact", then_cancelled)
+    unparking.append(asyncio.create_task(queue.unpark("k")))
+    with contextlib.suppress(asyncio.CancelledError):
+        await unparking[0]
+    monkeypatch.setattr(a.backend, "transact", real)
+    with anyio.fail_after(10):
+        await wait_for_no_waiters(b, "unpark-cancel/_claims")
+        async with b.queue("unpark-cancel").claim() as job:
+            assert job.payload == b"x"
+
+
+async def test_an_ack_whose_reply_is_lost_is_found_done(
+    clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ack is applied and its reply lost: it is not repeated (a repeat would fail
+    its own guards and report the claim lost); the claim and the job being gone tell
+    that it was done. The block exits normally and the job never comes back."""
+    a, b, _, _ = clients
+    await a.queue("lost-ack").put(b"x")
+    real = a.backend.transact
+    lost = [False]
+
+    async def lossy(ops: Any) -> Any:
+        result = await real(ops)
+        if not lost[0] and not any(isinstance(op, Create) for op in ops):
+            lost[0] = True  # the first transaction without a Create: the ack
+            raise BackendUnavailable("reply lost")
+        return result
+
+    monkeypatch.setattr(a.backend, "transact", lossy)
+    with anyio.fail_after(10):
+        async with a.queue("lost-ack").claim() as job:
+            assert job.payload == b"x"
+    assert lost[0]
+    assert (await b.queue("lost-ack").stats()).depth == 0

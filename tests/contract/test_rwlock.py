@@ -128,3 +128,21 @@ async def test_try_acquire_and_loss(clients: list[coord.Client]) -> None:
             await drop_key(a, hold.key)
             await anyio.sleep_forever()
     assert (await a.backend.entries("try/")).entries == ()
+
+
+async def test_a_reader_waits_for_a_mutex_on_the_same_name(clients: list[coord.Client]) -> None:
+    """Other recipes' entries count as writers for a reader (readers select writers by
+    their id mark, and only readers are marked otherwise): a Mutex and a read lock on
+    one name exclude each other instead of both holding."""
+    a, b, _, _ = clients
+    with anyio.fail_after(10):
+        async with a.mutex("mixed"):
+            with anyio.move_on_after(0.5) as waited:
+                async with b.rwlock("mixed").read:
+                    pytest.fail("a reader held while a mutex held the same name")
+            assert waited.cancelled_caught
+        async with b.rwlock("mixed").read:
+            with anyio.move_on_after(0.5) as waited:
+                async with a.mutex("mixed"):
+                    pytest.fail("a mutex held while a reader held the same name")
+            assert waited.cancelled_caught

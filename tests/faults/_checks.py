@@ -117,3 +117,24 @@ def acquired_after(events: Iterable[Event], proc: str, since: float) -> float | 
     return next(
         (e.at for e in events if e.kind == "ENTER" and e.proc == proc and e.at > since), None
     )
+
+
+def check_queue(events: Sequence[Event], remaining: set[str]) -> int:
+    """Queue mode (every job has the same key): no job lost — every job whose put
+    returned was acked or is still queued; none acked twice; and per-key order — in the
+    order of their claims (the fence: a store revision), jobs were worked on in put
+    order, a retry repeating its job. (Not in the order the acks were reported: a worker
+    cut off after its ack was applied hears of it, and reports it, later.) Returns the
+    acks."""
+    put = {e.detail: e.value for e in events if e.kind == "PUT"}
+    acks = [e for e in events if e.kind == "ACKED"]
+    seen: dict[str, Event] = {}
+    for ack in acks:
+        assert ack.detail not in seen, f"job {ack.detail} acked twice: {seen[ack.detail]}, {ack}"
+        seen[ack.detail] = ack
+    lost = sorted(i for i in put if i not in seen and i not in remaining)
+    assert not lost, f"{len(lost)} jobs lost (put, never acked, not queued): {lost[:5]}"
+    claims = sorted((e for e in events if e.kind == "JOB"), key=lambda e: e.fence)
+    for before, after in itertools.pairwise(claims):
+        assert before.value <= after.value, f"claimed out of put order: {before} then {after}"
+    return len(acks)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 import coord
+from coord._jobs import id_of
 from coord.testing import wait_for_no_waiters
 
 from . import _checks
@@ -74,6 +75,7 @@ class FaultRun:
     options: dict[str, Any] = field(default_factory=dict)
     store: FencedStore = field(default_factory=FencedStore)
     workers: dict[str, Worker] = field(default_factory=dict)
+    producers: dict[str, Worker] = field(default_factory=dict)
     stopped_at: float | None = None
 
     def __post_init__(self) -> None:
@@ -81,7 +83,7 @@ class FaultRun:
 
     # -- workers --------------------------------------------------------------------------
 
-    def spawn(self, proc: str, url: str) -> Worker:
+    def spawn(self, proc: str, url: str, *, role: str = "worker") -> Worker:
         log = self.directory / f"{proc}.log"
         env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
         command = [
@@ -94,10 +96,12 @@ class FaultRun:
             f"--ttl={self.ttl}",
             f"--recipe={self.recipe}",
             f"--options={json.dumps(self.options)}",
+            f"--role={role}",
         ]
         with log.open("ab") as out:
             popen = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
-        worker = self.workers[proc] = Worker(proc, url, popen, log)
+        worker = Worker(proc, url, popen, log)
+        (self.producers if role == "producer" else self.workers)[proc] = worker
         return worker
 
     def kill(self, proc: str) -> None:
@@ -112,10 +116,11 @@ class FaultRun:
     async def stop(self) -> None:
         """SIGTERM every worker (they close their clients), SIGKILL stragglers."""
         self.stopped_at = time.monotonic()
-        for worker in self.workers.values():
+        everyone = [*self.producers.values(), *self.workers.values()]
+        for worker in everyone:
             worker.signal(signal.SIGCONT)
             worker.signal(signal.SIGTERM)
-        for worker in self.workers.values():
+        for worker in everyone:
             try:
                 await anyio.to_thread.run_sync(worker.popen.wait, 15)
             except subprocess.TimeoutExpired:
@@ -123,7 +128,7 @@ class FaultRun:
                 await anyio.to_thread.run_sync(worker.popen.wait, 10)
 
     def close(self) -> None:
-        for worker in self.workers.values():
+        for worker in [*self.producers.values(), *self.workers.values()]:
             if worker.popen.poll() is None:
                 worker.signal(signal.SIGCONT)
                 worker.signal(signal.SIGKILL)
@@ -219,7 +224,18 @@ class FaultRun:
         go with its lease, at most a TTL later)."""
         async with coord.connect(url, ttl=self.ttl) as client:
             with anyio.fail_after(self.ttl + 10):
-                await wait_for_no_waiters(client, NAME)
+                if self.recipe != "queue":
+                    await wait_for_no_waiters(client, NAME)
+                    return
+                await wait_for_no_waiters(client, f"{NAME}/_turn")
+                await wait_for_no_waiters(client, f"{NAME}/_claims")
+                jobs = await client.backend.entries(f"{NAME}/_jobs/")
+        remaining = {id_of(e.key) for e in jobs.entries}
+        try:
+            acks = _checks.check_queue(self.store.snapshot(), remaining)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.report()}") from None
+        assert acks > 0
 
     def report(self, tail: int = 30) -> str:
         events = self.store.snapshot()
@@ -232,6 +248,6 @@ class FaultRun:
         errors = [e for e in events if e.kind == "ERROR"]
         if errors:
             lines.append(f"{len(errors)} errors, first: {errors[0].proc} {errors[0].detail}")
-        for worker in self.workers.values():
+        for worker in [*self.producers.values(), *self.workers.values()]:
             lines.append(f"--- {worker.proc} (pid {worker.pid}) log tail:\n{worker.tail(tail)}")
         return "\n".join(lines)

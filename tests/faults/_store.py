@@ -15,6 +15,10 @@ One request per line, one reply per line::
     EXIT  <proc> <task> <fence>     -> OK          (leaving the body, still inside)
     LOST  <proc> <task> <fence>     -> OK          (async with raised LockLost)
     ERROR <proc> <task> <kind>      -> OK          (any other exception)
+    JOB   <proc> <task> <fence> <seq> <id> -> OK   (queue: the job being worked on)
+    ACKED <proc> <task> <fence> <seq> <id> -> OK   (queue: its ack was accepted)
+    PUT   <proc> <task> 0 <seq> <id>       -> OK   (queue: a put returned)
+    ACKS  <proc> <task> 0           -> <number of ACKED so far>
 """
 
 from __future__ import annotations
@@ -112,6 +116,11 @@ class FencedStore:
                 self.events.append(Event(now, kind, proc, rest[0], detail=" ".join(rest[1:])))
                 return "OK"
             task, fence = rest[0], int(rest[1])
+            if kind == "ACKS":
+                return str(sum(e.kind == "ACKED" for e in self.events))
+            if kind in ("JOB", "ACKED", "PUT"):
+                self.events.append(Event(now, kind, proc, task, fence, int(rest[2]), True, rest[3]))
+                return "OK"
             if kind == "READ":
                 self.events.append(Event(now, kind, proc, task, fence, self.counter))
                 return str(self.counter)

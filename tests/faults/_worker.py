@@ -9,6 +9,13 @@ or, with ``--recipe election``, campaign in one election and, while leading, do 
 three times per term (``term.fence`` as the fence), then resign; a leader whose term is
 lost is cancelled and gets ``coord.LeadershipLost``, a LockLost.
 
+With ``--recipe queue`` each task claims a job of one queue instead (every job has the
+same key, so one runs at a time, ``job.fence`` as the fence), reports ``JOB`` with the
+job's id and seq inside the body, and ``ACKED`` once the block exited normally (the ack
+was accepted); a worker whose claim is lost gets ``coord.ClaimLost``, a LockLost. With
+``--role producer`` the process puts jobs instead, keeping a few ahead of the acks, and
+reports each ``PUT`` once it returned.
+
 reporting every step to the fenced store. ``coord.LockLost`` is reported as LOST, any
 other exception as ERROR (then the task goes on, as a service would). SIGTERM closes
 the client and exits 0. SIGUSR1 writes a diagnosis to stderr (the worker's log): the
@@ -67,10 +74,12 @@ async def connect_store(endpoint: str) -> StoreClient:
 async def loop(client: coord.Client, store: StoreClient, proc: str, task: str, recipe: str) -> None:
     while True:
         fence = 0
-        holding: AbstractAsyncContextManager[coord.Hold]
+        holding: AbstractAsyncContextManager[coord.Hold | coord.Job]
         try:
             if recipe == "election":
                 holding = client.election(NAME).campaign(f"{proc}/{task}".encode())
+            elif recipe == "queue":
+                holding = client.queue(NAME).claim()
             else:
                 holding = client.mutex(NAME)
             async with holding as hold:
@@ -80,7 +89,11 @@ async def loop(client: coord.Client, store: StoreClient, proc: str, task: str, r
                     value = int(await store.ask("READ", proc, task, fence))
                     await anyio.sleep(random.uniform(0.005, 0.03))
                     await store.ask("WRITE", proc, task, fence, value + 1)
+                if isinstance(hold, coord.Job):
+                    await store.ask("JOB", proc, task, fence, hold.seq, hold.id)
                 await store.ask("EXIT", proc, task, fence)
+            if isinstance(hold, coord.Job):
+                await store.ask("ACKED", proc, task, fence, hold.seq, hold.id)
         except coord.LockLost:
             await store.ask("LOST", proc, task, fence)
         except Exception as exc:  # a service retries
@@ -130,13 +143,35 @@ async def diagnose(client: coord.Client, proc: str) -> None:
     out.flush()
 
 
+async def produce(client: coord.Client, store: StoreClient, proc: str) -> None:
+    """Keep a few jobs ahead of the acks (the store counts them). A put that raised
+    may still have queued its job: the next attempt queues another (another id), which
+    the checks allow; a put that returned is reported."""
+    queue = client.queue(NAME)
+    put = 0
+    while True:
+        acked = int(await store.ask("ACKS", proc, "-", 0))
+        while put < acked + 4:
+            try:
+                ref = await queue.put(f"job {put}".encode(), key="k")
+            except coord.CoordError as exc:
+                await store.ask("ERROR", proc, "producer", type(exc).__name__, str(exc)[:100])
+                await anyio.sleep(0.2)
+                continue
+            await store.ask("PUT", proc, "producer", 0, ref.seq, ref.id)
+            put += 1
+        await anyio.sleep(0.05)  # a test harness may poll its own store
+
+
 async def main(args: argparse.Namespace) -> None:
     options: dict[str, Any] = json.loads(args.options)
     hello = await connect_store(args.store)
     await hello.ask("HELLO", args.proc, os.getpid())
     async with coord.connect(args.url, ttl=args.ttl, **options) as client:
         async with anyio.create_task_group() as tg:
-            for number in range(args.tasks):
+            if args.role == "producer":
+                tg.start_soon(produce, client, await connect_store(args.store), args.proc)
+            for number in range(args.tasks if args.role == "worker" else 0):
                 store = await connect_store(args.store)
                 tg.start_soon(loop, client, store, args.proc, f"t{number}", args.recipe)
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGUSR1) as signals:
@@ -156,6 +191,7 @@ if __name__ == "__main__":
     parser.add_argument("--tasks", type=int, default=2)
     parser.add_argument("--ttl", type=float, default=2.0)
     parser.add_argument("--options", default="{}")
-    parser.add_argument("--recipe", choices=["mutex", "election"], default="mutex")
+    parser.add_argument("--recipe", choices=["mutex", "election", "queue"], default="mutex")
+    parser.add_argument("--role", choices=["worker", "producer"], default="worker")
     anyio.run(main, parser.parse_args(), backend="asyncio")
     sys.exit(0)

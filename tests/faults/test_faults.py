@@ -66,12 +66,15 @@ def server(kind: str) -> Iterator[EtcdServer | ZooKeeperServer]:
         yield server
 
 
-@pytest.fixture(params=["mutex", "election"])
+@pytest.fixture(params=["mutex", "election", "queue"])
 def run(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[FaultRun]:
     """Workers on a mutex, or campaigning in an election: then the same checks say that
     at most one leader holds each fence, terms are strictly ordered, the deposed leader
     is told (LeadershipLost is a LockLost), and there is a leader again (every worker
-    leads in turn) within TTL + 5 s of each fault."""
+    leads in turn) within TTL + 5 s of each fault. Or claiming jobs of one key from a
+    queue that a producer process keeps filled: each job is a hold (one at a time, by
+    per-key order), the holder that is paused or cut off is told (ClaimLost), and at the
+    end no job was lost, none was acked twice, and jobs were acked in put order."""
     run = FaultRun(tmp_path, ttl=TTL, recipe=request.param)
     try:
         yield run
@@ -84,6 +87,8 @@ def _url(base: str) -> str:
 
 
 async def _start(run: FaultRun, url: str, urls: dict[str, str] | None = None) -> None:
+    if run.recipe == "queue":
+        run.spawn("producer", url, role="producer")
     for number in range(WORKERS):
         proc = f"p{number}"
         run.spawn(proc, (urls or {}).get(proc, url))

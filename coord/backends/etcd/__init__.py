@@ -30,8 +30,9 @@ from aetcd import rpc
 from ... import _keys
 from ..._exceptions import ConfigurationError, EntryGoneError
 from ..._keys import WAITER_MARK
-from ...abc import Backend, Change, Entry, Lease, Listing, Position
+from ...abc import Backend, Change, Create, Entry, Lease, Listing, Position, Update
 from .._probe import fail_if_all_refuse
+from .._txn import check_ops, check_value
 from ._connection import Connection, TLSFiles
 from ._kv import (
     _ASCEND,
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
     from ..._url import ParsedURL
+    from ...abc import Op
 
 __all__ = ["EtcdBackend", "WatchCompacted"]
 
@@ -198,19 +200,22 @@ class EtcdBackend(Backend):
         self,
         prefix: str,
         waiter_id: str,
-        lease: Lease,
+        lease: Lease | None,
         *,
         value: bytes = b"",
         ahead: int | None = 1,
         kind: str | None = None,
     ) -> Position:
+        check_value(value, self.max_value_size, f"register {prefix + waiter_id!r}")
         key = self._key(prefix + waiter_id)
-        put = rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value, lease=lease.id))
+        lease_id = lease.id if lease is not None else 0
+        put = rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value, lease=lease_id))
         # My key is the newest of the store: the newest entries of the range are mine (if
-        # it is of the kind asked for) and then those ahead of me.
-        counted = waiter_id.startswith(kind or WAITER_MARK)
+        # it is of the kind asked for) and then those ahead of me. With ahead=0 only my
+        # key is read: a sorted range would cost the server the whole queue.
+        counted = waiter_id.startswith(kind or WAITER_MARK) and ahead != 0
         limit = None if ahead is None else ahead + counted
-        ops = [put, self._ahead_range(prefix, limit, kind=kind)]
+        ops = [put, self._ahead_range(prefix, limit, kind=kind)] if ahead != 0 else [put]
         if not counted:
             ops.append(rpc.RequestOp(request_range=rpc.RangeRequest(key=key)))
         reply = await self._txn(
@@ -225,7 +230,9 @@ class EtcdBackend(Backend):
                 raise EntryGoneError(f"{prefix + waiter_id} vanished during registration")
             return await self.position(self._entry(kvs[0]), ahead=ahead, kind=kind)
         kvs = list(reply.responses[1].response_range.kvs)
-        mine = self._entry(kvs.pop(0) if counted else reply.responses[2].response_range.kvs[0])
+        mine = self._entry(kvs.pop(0) if counted else reply.responses[-1].response_range.kvs[0])
+        if ahead == 0:
+            kvs = []
         assert mine.key == prefix + waiter_id, "my key must be the newest of the queue"
         kvs = kvs if ahead is None else kvs[:ahead]
         return Position(mine, tuple(self._entry(kv) for kv in kvs), reply.header.revision)
@@ -311,6 +318,7 @@ class EtcdBackend(Backend):
 
     async def put(self, key: str, value: bytes, *, lease: Lease | None = None) -> Entry:
         _keys.check_plain_key(key, "put")
+        check_value(value, self.max_value_size, f"put {key!r}")
         k = self._key(key)
         absent = rpc.Compare(key=k, target=_CREATE, create_revision=0, result=_EQUAL)
         reply = await self._txn(
@@ -344,6 +352,46 @@ class EtcdBackend(Backend):
         if not reply.succeeded:
             return None
         return self._entry(reply.responses[1].response_range.kvs[0])
+
+    async def transact(self, ops: Sequence[Op]) -> tuple[Entry | None, ...] | None:
+        check_ops(ops, self.max_value_size)
+        compare, success = [], []
+        for op in ops:
+            if isinstance(op, Create):
+                k = self._key(op.prefix + op.waiter_id)
+                lease = op.lease.id if op.lease is not None else 0
+                compare.append(rpc.Compare(key=k, target=_CREATE, create_revision=0, result=_EQUAL))
+                put = rpc.PutRequest(key=k, value=op.value, lease=lease)
+                success.append(rpc.RequestOp(request_put=put))
+                continue
+            k = self._key(op.entry.key)
+            compare += [
+                rpc.Compare(
+                    key=k, target=_CREATE, create_revision=op.entry.revision, result=_EQUAL
+                ),
+                rpc.Compare(key=k, target=_MOD, mod_revision=op.entry.version, result=_EQUAL),
+            ]
+            if isinstance(op, Update):
+                put = rpc.PutRequest(key=k, value=op.value, ignore_lease=True)
+                success.append(rpc.RequestOp(request_put=put))
+            else:
+                success.append(rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=k)))
+        # Not retried: a repeat after a lost reply would fail its own guards.
+        reply = await self._txn("transact", compare, success, retry=False)
+        if not reply.succeeded:
+            return None
+        rev = reply.header.revision
+        results: list[Entry | None] = []
+        for op in ops:
+            if isinstance(op, Create):
+                lease = op.lease.id if op.lease is not None else 0
+                results.append(Entry(op.prefix + op.waiter_id, op.value, rev, rev, lease))
+            elif isinstance(op, Update):
+                e = op.entry
+                results.append(Entry(e.key, op.value, e.revision, rev, e.lease))
+            else:
+                results.append(None)
+        return tuple(results)
 
     async def entries(self, prefix: str, *, limit: int | None = None) -> Listing:
         start, end = self._queue_range(prefix)

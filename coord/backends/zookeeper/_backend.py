@@ -12,11 +12,13 @@ from ... import _keys
 from ..._exceptions import ClosedError, ConfigurationError, SessionExpiredError
 from ..._session import check_ttl
 from ...abc import Backend, Change, Entry, Lease, Listing, Position
+from .._txn import check_ops, check_value
 from ._bridge import Bridge
 from ._changes import ChildChanges
 from ._connection import Connection
 from ._faults import FaultHooks
 from ._lease import SessionPolicy, ZooKeeperLease
+from ._multi import Transactions
 from ._nodes import Nodes
 from ._options import Options, hosts_string, url_options
 from ._paths import Paths
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
     from ..._url import ParsedURL
+    from ...abc import Op
 
 __all__ = ["ZooKeeperBackend"]
 
@@ -100,6 +103,7 @@ class ZooKeeperBackend(FaultHooks, Backend):
         self._nodes = Nodes(self._conn, self._paths)
         self._queues = Queues(self._conn, self._nodes, self._paths, self._watches)
         self._plain = PlainKeys(self._conn, self._nodes, self._paths)
+        self._multi = Transactions(self._conn, self._nodes, self._paths, self._queues)
         self._lease: ZooKeeperLease | None = None
         self._tg: TaskGroup | None = None
         self._grant_lock: anyio.Lock | None = None
@@ -223,13 +227,14 @@ class ZooKeeperBackend(FaultHooks, Backend):
         self,
         prefix: str,
         waiter_id: str,
-        lease: Lease,
+        lease: Lease | None,
         *,
         value: bytes = b"",
         ahead: int | None = 1,
         kind: str | None = None,
     ) -> Position:
-        """Create my EPHEMERAL_SEQUENTIAL node and read where it stands.
+        """Create my EPHEMERAL_SEQUENTIAL node (PERSISTENT_SEQUENTIAL if durable) and
+        read where it stands.
 
         A checkpoint; two round trips: a listing, then the create with a second listing
         and the reads of the entries ahead pipelined behind it (one more read if an entry
@@ -238,8 +243,9 @@ class ZooKeeperBackend(FaultHooks, Backend):
 
         :raises SessionExpiredError: if *lease* is lost
         """
+        check_value(value, self.max_value_size, f"register {prefix + waiter_id!r}")
         self._check_open()
-        session_id = self._session_of(lease)
+        session_id = self._session_of(lease) if lease is not None else 0
         return await self._queues.register(prefix, waiter_id, session_id, value, ahead, kind)
 
     async def position(
@@ -283,6 +289,14 @@ class ZooKeeperBackend(FaultHooks, Backend):
         self._check_open()
         return await self._queues.delete(entry)
 
+    async def transact(self, ops: Sequence[Op]) -> tuple[Entry | None, ...] | None:
+        """One ``multi`` request (see :mod:`._multi`), plus one read of the nodes it
+        creates. A checkpoint. Not repeated after a connection loss. If cancelled, it may
+        have happened."""
+        check_ops(ops, self.max_value_size)
+        self._check_open()
+        return await self._multi.transact(ops, self._session_of)
+
     async def entries(self, prefix: str, *, limit: int | None = None) -> Listing:
         """The waiter entries of *prefix*, oldest first, with the parent's pzxid as the
         revision (0 if it does not exist).
@@ -309,6 +323,7 @@ class ZooKeeperBackend(FaultHooks, Backend):
         have happened.
         """
         _keys.check_plain_key(key, "put")
+        check_value(value, self.max_value_size, f"put {key!r}")
         self._check_open()
         if lease is not None:
             self._session_of(lease)  # raises unless it is this backend's live session

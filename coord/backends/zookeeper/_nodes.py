@@ -105,9 +105,15 @@ class Nodes:
         raise BackendError(f"ZooKeeper create {path}: its parent keeps disappearing")
 
     async def create_and_list(
-        self, path: str, value: bytes, node: str, reads: Sequence[str] = ()
+        self,
+        path: str,
+        value: bytes,
+        node: str,
+        reads: Sequence[str] = (),
+        *,
+        ephemeral: bool = True,
     ) -> tuple[str, Any, tuple[list[str], int] | None, dict[str, Any]]:
-        """Create an EPHEMERAL_SEQUENTIAL node under *node*, list *node*'s children and
+        """Create a SEQUENTIAL node (ephemeral unless told) under *node*, list *node*'s children and
         read the nodes *reads*, in one round trip: ZooKeeper runs a session's requests in
         the order sent, so the listing sent right behind the create contains the new node.
 
@@ -118,7 +124,9 @@ class Nodes:
         for _ in range(_PARENT_ATTEMPTS):
             with anyio.move_on_after(self._conn.timeout):
                 client = await self._conn.current(self._conn.timeout)
-                created = self._conn.start(partial(self._create_request, client, path, value))
+                created = self._conn.start(
+                    partial(self._create_request, client, path, value, ephemeral)
+                )
                 listed = self._conn.start(
                     partial(client.get_children_async, node, include_data=True)
                 )
@@ -134,9 +142,9 @@ class Nodes:
             raise BackendUnavailable(f"ZooKeeper create in {node}: no answer")
         raise BackendError(f"ZooKeeper create {path}: its parent keeps disappearing")
 
-    def _create_request(self, client: Any, path: str, value: bytes) -> Any:
+    def _create_request(self, client: Any, path: str, value: bytes, ephemeral: bool) -> Any:
         return client.create_async(
-            path, value, acl=self._conn.acl, ephemeral=True, sequence=True, include_data=True
+            path, value, acl=self._conn.acl, ephemeral=ephemeral, sequence=True, include_data=True
         )
 
     async def ensure_parents(self, path: str) -> None:

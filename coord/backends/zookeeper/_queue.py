@@ -44,6 +44,9 @@ __all__ = ["Queues", "entry_of"]
 
 log = logging.getLogger("coord.backends.zookeeper")
 
+# Listings a limited read makes when the entries it listed keep going before they are
+# read (a queue churning faster than two round trips).
+_RELISTS = 10
 # Creates whose reply was lost and whose node was not found: try again this many times.
 _CREATE_ATTEMPTS = 3
 
@@ -128,13 +131,33 @@ class Queues:
             return None
 
     async def entries(self, prefix: str, limit: int | None) -> Listing:
-        """The waiter entries of *prefix*, oldest first; revision: the parent's pzxid."""
-        listing = await self.children(self._paths.parent(prefix))
-        if listing is None:
-            return Listing((), 0)
-        names = [w.name for w in waiter_names(listing[0])]
-        entries = await self.existing(prefix, names if limit is None else names[:limit])
-        return Listing(tuple(entries), listing[1])
+        """The waiter entries of *prefix*, oldest first; revision: the parent's pzxid.
+
+        The listing and the reads are two round trips: an entry deleted in between is
+        skipped and the next one read, and if every listed one went, the children are
+        listed again; so that "the first n" means the first n that exist (as one atomic
+        read gives on etcd), never fewer while more exist.
+        """
+        entries: list[Entry] = []
+        pzxid = 0
+        for _ in range(_RELISTS):
+            listing = await self.children(self._paths.parent(prefix))
+            if listing is None:
+                return Listing((), 0)
+            pzxid = listing[1]
+            names = [w.name for w in waiter_names(listing[0])]
+            if limit is None:
+                return Listing(tuple(await self.existing(prefix, names)), listing[1])
+            entries = []
+            missing = False
+            while names and len(entries) < limit:
+                wanted, names = names[: limit - len(entries)], names[limit - len(entries) :]
+                found = await self.existing(prefix, wanted)
+                missing = missing or len(found) < len(wanted)
+                entries += found
+            if len(entries) >= limit or not missing:
+                break
+        return Listing(tuple(entries), pzxid)
 
     async def existing(self, prefix: str, names: Sequence[str]) -> list[Entry]:
         """The entries ``prefix + name`` that still exist, in the order of *names*."""
@@ -219,7 +242,7 @@ class Queues:
         for _ in range(_CREATE_ATTEMPTS):
             try:
                 path, stat, listing, values = await self._nodes.create_and_list(
-                    f"{node}/{waiter_id}-", value, node, list(paths)
+                    f"{node}/{waiter_id}-", value, node, list(paths), ephemeral=session_id != 0
                 )
             except BackendUnavailable:
                 # No reply: the node may or may not exist. Curator's protected mode.
@@ -241,7 +264,8 @@ class Queues:
         raise BackendUnavailable(f"ZooKeeper create in {node}: no answer")
 
     async def find(self, node: str, waiter_id: str, session_id: int) -> tuple[str, Any] | None:
-        """The oldest node of *waiter_id* owned by *session_id*, as ``(name, stat)``."""
+        """The oldest node of *waiter_id* owned by *session_id* (0: a durable node), as
+        ``(name, stat)``."""
         listing = await self.children(node)
         if listing is None:
             return None
@@ -319,7 +343,7 @@ class Queues:
         _, node, name = self._paths.split(entry.key)
         if entry.provisional:  # registration outcome unknown: look for its GUID
             deleted = False
-            while entry.lease and (found := await self.find(node, name, entry.lease)):
+            while found := await self.find(node, name, entry.lease):
                 deleted = await self.delete_path(f"{node}/{found[0]}") or deleted
         elif parse_waiter(name) is not None:
             deleted = await self.delete_path(f"{node}/{name}")

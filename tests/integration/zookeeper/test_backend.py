@@ -36,8 +36,9 @@ async def backend(zookeeper_url: str) -> AsyncIterator[ZooKeeperBackend]:
 async def test_waiter_node_layout_and_fence(
     zookeeper_server: ZooKeeperServer, zookeeper_url: str
 ) -> None:
-    """``/<chroot>/<name>/@<guid>-<10-digit seq>``, ephemeral, owned by the session; the
-    fence is the node's czxid (global), not its sequence number (per parent)."""
+    """``/<chroot>/<name>/@w<guid>-<10-digit seq>`` (``w``: an exclusive waiter),
+    ephemeral, owned by the session; the fence is the node's czxid (global), not its
+    sequence number (per parent)."""
     observer = await raw_client(zookeeper_server.endpoint)
     try:
         async with coord.connect(zookeeper_url, ttl=5) as client:
@@ -45,8 +46,8 @@ async def test_waiter_node_layout_and_fence(
                 prefix, _, name = hold.key.rpartition("/")
                 guid, _, sequence = name.rpartition("-")
                 assert prefix == "orders/42"
-                assert guid.startswith("@")
-                assert len(guid) == 33
+                assert guid.startswith("@w")
+                assert len(guid) == 34
                 assert len(sequence) == 10
                 assert sequence.isdigit()
                 path = f"/{_chroot(zookeeper_url)}/{hold.key}"

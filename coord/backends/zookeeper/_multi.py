@@ -1,0 +1,122 @@
+"""``Backend.transact`` on ZooKeeper: one ``multi`` request.
+
+* :class:`~coord.abc.Create` is a SEQUENTIAL create (ephemeral when bound to the lease)
+  named ``<waiter id>-`` like a registered waiter, so that listings order it with them;
+* :class:`~coord.abc.Update` is ``setData(path, value, version)`` and
+  :class:`~coord.abc.Remove` is ``delete(path, version)``: a waiter's path carries a
+  one-time GUID, so the node at that path can only be that entry, and its data version
+  is the rest of the guard.
+
+A multi fails as a whole, and kazoo names the operation that failed: "no node" or "bad
+version" on an Update or Remove is a failed guard (None); "no node" on a Create is a
+missing parent (a container the server reaped), created before trying again. The new
+nodes are read once after the commit (pipelined): for their czxid, and to check that an
+ephemeral one belongs to the lease's session (kazoo may have replaced an expired session
+under us: such a node is deleted and SessionExpiredError raised).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from kazoo import exceptions as kz
+
+from ..._exceptions import BackendError, SessionExpiredError
+from ...abc import Create, Entry, Update
+from ._queue import entry_of
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from ...abc import Lease, Op
+    from ._connection import Connection
+    from ._nodes import Nodes
+    from ._paths import Paths
+    from ._queue import Queues
+
+__all__ = ["Transactions"]
+
+_PARENT_ATTEMPTS = 5
+
+
+class Transactions:
+    """The multi requests of one backend."""
+
+    def __init__(self, conn: Connection, nodes: Nodes, paths: Paths, queues: Queues) -> None:
+        self._conn = conn
+        self._nodes = nodes
+        self._paths = paths
+        self._queues = queues
+
+    def _build(self, client: Any, ops: Sequence[Op]) -> Any:  # on the submitter thread
+        txn = client.transaction()
+        for op in ops:
+            if isinstance(op, Create):
+                path = self._paths.path(op.prefix + op.waiter_id) + "-"
+                txn.create(
+                    path, op.value, self._conn.acl, ephemeral=op.lease is not None, sequence=True
+                )
+            elif isinstance(op, Update):
+                txn.set_data(self._paths.path(op.entry.key), op.value, op.entry.version)
+            else:
+                txn.delete(self._paths.path(op.entry.key), op.entry.version)
+        return txn.commit_async()
+
+    async def transact(
+        self, ops: Sequence[Op], session_of: Callable[[Lease], int]
+    ) -> tuple[Entry | None, ...] | None:
+        owners = {
+            i: session_of(op.lease)
+            for i, op in enumerate(ops)
+            if isinstance(op, Create) and op.lease
+        }
+        for _ in range(_PARENT_ATTEMPTS):
+            # Not repeated after a connection loss: BackendUnavailable (outcome unknown).
+            results = await self._conn.call("transact", partial(self._build, ops=ops))
+            failed = [(i, r) for i, r in enumerate(results) if isinstance(r, Exception)]
+            if not failed:
+                return await self._results(ops, results, owners)
+            real = [(i, r) for i, r in failed if not isinstance(r, kz.RolledBackError)]
+            index, error = real[0] if real else failed[0]
+            op = ops[index]
+            if isinstance(op, Create) and isinstance(error, kz.NoNodeError):
+                await self._nodes.ensure_parents(self._paths.path(op.prefix + op.waiter_id))
+                continue
+            if isinstance(error, kz.NoNodeError | kz.BadVersionError | kz.NotEmptyError):
+                return None  # a guard failed
+            raise BackendError(f"ZooKeeper transaction: {type(error).__name__} {error}")
+        raise BackendError("ZooKeeper transaction: a parent keeps disappearing")
+
+    async def _results(
+        self, ops: Sequence[Op], results: list[Any], owners: dict[int, int]
+    ) -> tuple[Entry | None, ...]:
+        created = {
+            i: self._paths.key(path) for i, path in enumerate(results) if isinstance(ops[i], Create)
+        }
+        keys = list(created.values())
+        read = dict(zip(keys, await self._queues.read("", keys), strict=True))
+        out: list[Entry | None] = []
+        stolen = []
+        for i, (op, result) in enumerate(zip(ops, results, strict=True)):
+            if isinstance(op, Create):
+                entry = read[created[i]]
+                if entry is None or entry.lease != owners.get(i, 0):
+                    stolen.append(entry)
+                    out.append(None)
+                else:
+                    out.append(
+                        Entry(entry.key, op.value, entry.revision, entry.version, entry.lease)
+                    )
+            elif isinstance(op, Update):
+                out.append(entry_of(op.entry.key, op.value, result))
+            else:
+                out.append(None)
+        if stolen:
+            for entry in stolen:
+                if entry is not None:
+                    await self._queues.delete_path(self._paths.path(entry.key))
+            raise SessionExpiredError(
+                "ZooKeeper transaction: the session expired under it (its new nodes are gone)"
+            )
+        return tuple(out)

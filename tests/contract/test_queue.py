@@ -1,0 +1,399 @@
+"""The Queue conformance suite, run on every backend: order (FIFO, per key), claims bound
+to the worker's session, fenced acks, retry in place, parking and dead letters, bad
+input, and that a put wakes one idle worker, not all of them."""
+
+from __future__ import annotations
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+import coord
+from coord.testing import expire_session, wait_for_waiters
+
+pytestmark = pytest.mark.anyio
+
+
+async def claims_of(client: coord.Client, name: str) -> list[str]:
+    return [e.key for e in (await client.backend.entries(f"{name}/_claims/")).entries]
+
+
+async def take(queue: coord.Queue) -> tuple[bytes, str | None, int, int]:
+    """Claim one job and ack it: (payload, key, attempt, fence)."""
+    with anyio.fail_after(10):
+        async with queue.claim() as job:
+            pass
+    return job.payload, job.key, job.attempt, job.fence
+
+
+async def test_fifo_ack_and_fences(clients: list[coord.Client]) -> None:
+    a, b, _, _ = clients
+    queue = a.queue("fifo")
+    refs = [await queue.put(f"job {i}".encode()) for i in range(5)]
+    assert [r.seq for r in refs] == sorted(r.seq for r in refs)
+    assert len({r.id for r in refs}) == 5
+    worker = b.queue("fifo")
+    taken = [await take(worker) for _ in range(5)]
+    assert [t[0] for t in taken] == [f"job {i}".encode() for i in range(5)]
+    fences = [t[3] for t in taken]
+    assert fences == sorted(fences)
+    assert len(set(fences)) == 5
+    stats = await queue.stats()
+    assert (stats.depth, stats.in_flight, stats.parked, stats.dead) == (0, 0, 0, 0)
+    assert await claims_of(a, "fifo") == []
+
+
+async def test_per_key_order_one_at_a_time_keys_in_parallel(clients: list[coord.Client]) -> None:
+    a, b, c, _ = clients
+    queue = a.queue("keys")
+    await queue.put(b"a1", key="a")
+    await queue.put(b"a2", key="a")
+    await queue.put(b"b1", key="b")
+    await queue.put(b"free")
+    with anyio.fail_after(10):
+        async with b.queue("keys").claim() as first:
+            assert first.payload == b"a1"
+            # a2 waits for a1; b1 and the keyless job are free.
+            async with c.queue("keys").claim() as second:
+                assert second.payload == b"b1"
+                async with c.queue("keys").claim() as third:
+                    assert third.payload == b"free"
+                    stats = await queue.stats()
+                    assert (stats.depth, stats.in_flight) == (4, 3)
+                    assert stats.keys["a"] == coord.KeyStats(depth=2, in_flight=1, parked=0)
+                    with anyio.move_on_after(0.5) as blocked:
+                        async with c.queue("keys").claim() as early:
+                            pytest.fail(f"{early.payload!r} ran while a1 was in flight")
+                    assert blocked.cancelled_caught
+        assert (await take(c.queue("keys")))[:3] == (b"a2", "a", 0)
+
+
+async def test_a_claimable_job_far_behind_a_blocked_key_is_found(
+    clients: list[coord.Client],
+) -> None:
+    """A look reads the oldest jobs first, then further: a job behind more jobs of a
+    blocked key than the first read takes is still handed out."""
+    a, b, _, _ = clients
+    queue = a.queue("far")
+    for n in range(40):
+        await queue.put(b"a%d" % n, key="a")
+    await queue.put(b"b0", key="b")
+    with anyio.fail_after(15):
+        async with b.queue("far").claim() as first:
+            assert first.payload == b"a0"
+            async with a.queue("far").claim() as second:
+                assert second.payload == b"b0"
+
+
+async def test_a_waiting_worker_is_woken_by_a_put(clients: list[coord.Client]) -> None:
+    a, b, _, _ = clients
+    got: list[bytes] = []
+
+    async def worker() -> None:
+        got.append((await take(b.queue("wake")))[0])
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker)
+            await wait_for_waiters(b, "wake/_turn", 1)
+            await anyio.sleep(0.2)
+            await a.queue("wake").put(b"hello")
+    assert got == [b"hello"]
+
+
+async def test_a_put_wakes_one_idle_worker_not_all(
+    clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Idle workers queue for their turn to look; only the one whose turn it is watches
+    the jobs. Without that, every put would make every idle worker read the queue."""
+    reads = 0
+    for client in clients:
+        backend = client.backend
+        original = backend.entries
+
+        async def counting(prefix: str, *, limit: int | None = None, _o=original) -> object:  # type: ignore[no-untyped-def]
+            nonlocal reads
+            if prefix.endswith("/_jobs/"):
+                reads += 1
+            return await _o(prefix, limit=limit)
+
+        monkeypatch.setattr(backend, "entries", counting)
+    done: list[bytes] = []
+
+    async def worker(client: coord.Client) -> None:
+        done.append((await take(client.queue("herd")))[0])
+
+    with anyio.fail_after(15):
+        async with anyio.create_task_group() as tg:
+            for client in clients:
+                for _ in range(2):
+                    tg.start_soon(worker, client)
+            await wait_for_waiters(clients[0], "herd/_turn", 8)
+            await anyio.sleep(0.3)
+            reads = 0
+            await clients[0].queue("herd").put(b"one")
+            while not done:  # noqa: ASYNC110  (a test waiting for a side effect)
+                await anyio.sleep(0.05)
+            await anyio.sleep(0.3)
+            assert reads <= 3, f"{reads} reads of the queue for one put: a herd"
+            for i in range(7):
+                await clients[0].queue("herd").put(b"more %d" % i)
+    assert sorted(done) == sorted([b"one"] + [b"more %d" % i for i in range(7)])
+
+
+async def test_exception_retries_in_place_then_parks(clients: list[coord.Client]) -> None:
+    a, b, _, _ = clients
+    queue = b.queue("retry", max_attempts=3, retry_delay=0.05)
+    await a.queue("retry").put(b"bad", key="k")
+    await a.queue("retry").put(b"next", key="k")
+    attempts = []
+    with anyio.fail_after(15):
+        for _ in range(3):
+            with pytest.raises(ValueError, match="boom"):
+                async with queue.claim() as job:
+                    attempts.append((job.payload, job.attempt))
+                    raise ValueError("boom")
+    assert attempts == [(b"bad", 0), (b"bad", 1), (b"bad", 2)]
+    stats = await queue.stats()
+    assert stats.parked == 1
+    assert stats.keys["k"] == coord.KeyStats(depth=2, in_flight=0, parked=1)
+    # The key waits (order kept); other keys go on.
+    await a.queue("retry").put(b"other", key="z")
+    with anyio.fail_after(10):
+        assert (await take(queue))[0] == b"other"
+    with anyio.move_on_after(0.5) as blocked:
+        async with queue.claim() as job:
+            pytest.fail(f"{job.payload!r} handed out while its key is parked")
+    assert blocked.cancelled_caught
+    assert await queue.unpark("z") == 0
+    assert await queue.unpark("k") == 1
+    with anyio.fail_after(10):
+        assert (await take(queue))[:3] == (b"bad", "k", 0)
+        assert (await take(queue))[:3] == (b"next", "k", 0)
+
+
+async def test_unpark_wakes_a_waiting_worker_whatever_the_number_parked(
+    clients: list[coord.Client],
+) -> None:
+    a, b, _, _ = clients
+    queue = a.queue("unpark", max_attempts=1)
+    for n in range(20):
+        await queue.put(b"%d" % n, key=f"k{n}")
+    with anyio.fail_after(30):
+        for _ in range(20):
+            with pytest.raises(ValueError, match="no"):
+                async with queue.claim():
+                    raise ValueError("no")
+    assert (await queue.stats()).parked == 20
+    got: list[bytes] = []
+
+    async def worker() -> None:
+        async with b.queue("unpark").claim() as job:
+            got.append(job.payload)
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker)
+            await wait_for_waiters(b, "unpark/_turn", 1)
+            await anyio.sleep(0.3)  # it looked, found all parked, and waits
+            assert await queue.unpark("k19") == 1
+    assert got == [b"19"]
+
+
+async def test_a_deferred_job_comes_back_as_it_was(clients: list[coord.Client]) -> None:
+    """defer(): the failure is not the job's (a dependency is down): the exception
+    propagates, no attempt is counted (max_attempts=1 would park it), no backoff."""
+    a, _, _, _ = clients
+    queue = a.queue("defer", max_attempts=1, retry_delay=60)
+    await queue.put(b"x", key="k")
+    with anyio.fail_after(10):
+        for _ in range(3):
+            with pytest.raises(ConnectionError):
+                async with queue.claim() as job:
+                    assert job.attempt == 0
+                    job.defer()
+                    raise ConnectionError("the database is down")
+        async with queue.claim() as job:
+            job.defer()  # a normal exit gives it back too
+        assert (await queue.stats()).depth == 1
+        async with queue.claim() as job:
+            assert (job.payload, job.attempt) == (b"x", 0)
+    assert (await queue.stats()).depth == 0
+
+
+async def test_backoff_is_waited_for_not_polled(clients: list[coord.Client]) -> None:
+    a, _, _, _ = clients
+    queue = a.queue("backoff", retry_delay=0.5)
+    await queue.put(b"x")
+    with anyio.fail_after(10):
+        with pytest.raises(KeyError):
+            async with queue.claim():
+                raise KeyError("once")
+        started = anyio.current_time()
+        async with queue.claim() as job:
+            waited = anyio.current_time() - started
+    assert job.attempt == 1
+    assert waited >= 0.4
+
+
+async def test_dead_letter_then_requeue(clients: list[coord.Client]) -> None:
+    a, _, _, _ = clients
+    queue = a.queue("dlq", max_attempts=1, on_exhausted="dead_letter")
+    ref = await queue.put(b"poison", key="k")
+    await queue.put(b"after", key="k")
+    with anyio.fail_after(10):
+        with pytest.raises(RuntimeError):
+            async with queue.claim():
+                raise RuntimeError("cannot")
+        assert (await take(queue))[:2] == (b"after", "k")  # the key goes on
+    (letter,) = await queue.dead_letters()
+    assert (letter.id, letter.key, letter.payload, letter.attempts) == (ref.id, "k", b"poison", 1)
+    assert letter.error == "RuntimeError: cannot"
+    again = await queue.requeue(ref.id)
+    assert again.id == ref.id
+    assert again.seq > ref.seq
+    assert await queue.dead_letters() == []
+    with pytest.raises(coord.JobNotFound):
+        await queue.requeue(ref.id)
+    with anyio.fail_after(10):
+        assert (await take(queue))[:3] == (b"poison", "k", 0)
+
+
+async def test_claim_lost_with_the_session_comes_back_and_the_zombie_ack_is_refused(
+    clients: list[coord.Client],
+) -> None:
+    a, b, _, _ = clients
+    await a.queue("lost").put(b"job", key="k")
+    cancelled = False
+    with anyio.fail_after(15):
+        with pytest.raises(coord.ClaimLost):
+            async with a.queue("lost").claim() as job:
+                try:
+                    await expire_session(a)
+                    await anyio.sleep_forever()
+                except anyio.get_cancelled_exc_class():
+                    cancelled = True
+                    raise
+        assert cancelled
+        assert job.lost
+        payload, key, attempt, fence = await take(b.queue("lost"))
+    assert (payload, key, attempt) == (b"job", "k", 1)  # the lost claim was an attempt
+    assert fence > job.fence
+
+
+async def test_a_job_whose_worker_is_lost_every_time_is_parked(
+    clients: list[coord.Client],
+) -> None:
+    """A poison pill: the worker dies on it every time (here: its session is lost), so
+    no nack ever comes. Each lost claim still counts as an attempt, and after
+    max_attempts the job is parked instead of going round forever."""
+    a, b, _, _ = clients
+    await a.queue("pill").put(b"pill", key="k")
+    with anyio.fail_after(20):
+        for expected in range(2):
+            with pytest.raises(coord.ClaimLost):
+                async with a.queue("pill", max_attempts=3).claim() as job:
+                    assert job.attempt == expected
+                    await expire_session(a)
+        with pytest.raises(coord.ClaimLost):
+            async with b.queue("pill", max_attempts=3).claim() as job:
+                assert job.attempt == 2
+                await expire_session(b)
+                await anyio.sleep_forever()
+    stats = await a.queue("pill").stats()
+    with anyio.fail_after(10):
+        while stats.parked == 0:
+            with anyio.move_on_after(0.3):
+                async with a.queue("pill", max_attempts=3).claim() as job:
+                    pytest.fail(f"a job that lost its worker 3 times was handed out: {job}")
+            stats = await a.queue("pill").stats()
+    assert stats.keys["k"] == coord.KeyStats(depth=1, in_flight=0, parked=1)
+
+
+async def test_a_cancelled_body_counts_no_attempt_ever(clients: list[coord.Client]) -> None:
+    a, _, _, _ = clients
+    queue = a.queue("calm", max_attempts=1)
+    await queue.put(b"x")
+    for _ in range(3):
+        with anyio.move_on_after(0.2):
+            async with queue.claim() as job:
+                await anyio.sleep_forever()
+    with anyio.fail_after(10):
+        async with queue.claim() as job:
+            assert job.attempt == 0
+
+
+async def test_loss_without_a_checkpoint_still_refuses_the_ack(clients: list[coord.Client]) -> None:
+    """A worker that learns nothing (no checkpoint after its claim was lost and taken
+    over) must not ack the job someone else now holds."""
+    a, b, _, _ = clients
+    await a.queue("zombie").put(b"job")
+    with anyio.fail_after(15):
+        with pytest.raises(coord.ClaimLost):
+            async with a.queue("zombie").claim():
+                await expire_session(a)
+        async with b.queue("zombie").claim() as again:
+            assert again.payload == b"job"
+    assert (await a.queue("zombie").stats()).depth == 0
+
+
+async def test_cancelled_claim_claims_nothing(clients: list[coord.Client]) -> None:
+    a, b, _, _ = clients
+    with anyio.move_on_after(0.3):
+        async with a.queue("cancel").claim():
+            pytest.fail("claimed from an empty queue")
+    await b.queue("cancel").put(b"x")
+    with anyio.fail_after(10):
+        assert (await take(b.queue("cancel")))[0] == b"x"
+    assert await claims_of(a, "cancel") == []
+
+
+async def test_cancelled_body_releases_the_job_without_counting_an_attempt(
+    clients: list[coord.Client],
+) -> None:
+    a, b, _, _ = clients
+    await a.queue("outer").put(b"x")
+    with anyio.move_on_after(0.5):
+        async with b.queue("outer").claim() as job:
+            await anyio.sleep_forever()
+    assert job.payload == b"x"
+    with anyio.fail_after(10):
+        assert (await take(a.queue("outer")))[:3] == (b"x", None, 0)
+
+
+async def test_bad_input_is_refused_with_nothing_written(clients: list[coord.Client]) -> None:
+    queue = clients[0].queue("bad")
+    with pytest.raises(TypeError):
+        await queue.put("text")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        await queue.put(b"x", key=7)  # type: ignore[arg-type]
+    for key in ("", "a\nb", "k" * 300):
+        with pytest.raises(coord.ConfigurationError):
+            await queue.put(b"x", key=key)
+    limit = clients[0].backend.max_value_size
+    with pytest.raises(coord.ConfigurationError, match="at most"):
+        await queue.put(b"x" * limit)
+    assert (await queue.stats()).depth == 0
+    for options in ({"max_attempts": 0}, {"on_exhausted": "drop"}, {"retry_delay": -1}):
+        with pytest.raises(coord.ConfigurationError):
+            clients[0].queue("bad", **options)
+    with pytest.raises(coord.ConfigurationError):
+        clients[0].queue("bad/")
+
+
+async def test_the_largest_payload_goes_through_claim_and_retry(
+    clients: list[coord.Client],
+) -> None:
+    """A payload at the limit must survive every rewrite of its header (claim, nack):
+    it must never become a job no store request can carry."""
+    a, _, _, _ = clients
+    queue = a.queue("big", retry_delay=0)
+    size = a.backend.max_value_size - 10_000
+    await queue.put(b"\xab" * size, key="k" * 256)
+    with anyio.fail_after(20):
+        with pytest.raises(ValueError, match="xxx"):
+            async with queue.claim() as job:
+                raise ValueError("x" * 5000)
+        async with queue.claim() as job:
+            assert len(job.payload) == size
+            assert job.attempt == 1
