@@ -6,8 +6,9 @@ Starts a throwaway etcd and ZooKeeper and measures, in one run per store:
   library: a chain of waiters, each already watching the key of the one before; the
   holder deletes its key, the next gets the event and confirms with one read, then
   deletes its own (raw aetcd / raw kazoo);
-* **coord.Mutex** (strict FIFO) and the store's usual Python lock (aetcd.Lock,
-  kazoo.Lock) with N = 1, 8, 32 contenders spread over min(N, 8) clients, each looping
+* **coord.Mutex** (strict FIFO), **coord cohort** (``local_handoff=COHORT_K``: a client's
+  tasks hand the lock on locally) and the store's usual Python lock (aetcd.Lock,
+  kazoo.Lock) with N = 1, 8, 32, 128 contenders spread over min(N, 8) clients, each looping
   acquire/release: acquisitions/s, p50/p99 wait, max/mean wait (fairness), the server's
   messages per acquisition (etcd ``grpc_server_msg_sent_total`` for Watch; ZooKeeper
   watch notifications), and this process's CPU time per acquisition;
@@ -103,7 +104,13 @@ async def loop(acquire: Any, release: Any, deadline: float, waits: list[float]) 
         await release()
 
 
-async def coord_run(url: str, n: int, deadline: float, waits: list[float]) -> None:
+#: Cohort mode's local handoffs in a row, as benchmarked.
+COHORT_K = 16
+
+
+async def coord_run(
+    url: str, n: int, deadline: float, waits: list[float], local_handoff: int | None = None
+) -> None:
     name = f"b{uuid.uuid4().hex[:8]}"
     async with contextlib.AsyncExitStack() as stack:
         clients = [
@@ -111,7 +118,7 @@ async def coord_run(url: str, n: int, deadline: float, waits: list[float]) -> No
         ]
         async with anyio.create_task_group() as tg:
             for i in range(n):
-                mutex = clients[i % len(clients)].mutex(name)
+                mutex = clients[i % len(clients)].mutex(name, local_handoff=local_handoff)
                 tg.start_soon(loop, mutex.acquire, mutex.release, deadline, waits)
 
 
@@ -267,6 +274,9 @@ def zk_raw_pair_sync(hosts: str, rounds: int) -> float:
         client.close()
 
 
+COHORT = f"coord cohort (local_handoff={COHORT_K})"
+
+
 # -- one store -----------------------------------------------------------------------------
 
 
@@ -281,13 +291,15 @@ async def measure(store: str, url: str, endpoint: str, ns: list[int], seconds: f
     rows.append(Row(store, "floor (raw handoff chain)", 0, 1 / floor))
     peer = "kazoo.Lock" if zk else "aetcd.Lock"
     for n in ns:
-        for lock in ("coord.Mutex", peer):
+        for lock in ("coord.Mutex", COHORT, peer):
             waits: list[float] = []
             before = await notifications(endpoint)
             cpu0, t0 = time.process_time(), time.perf_counter()
             deadline = t0 + seconds
             if lock == "coord.Mutex":
                 await coord_run(url, n, deadline, waits)
+            elif lock == COHORT:
+                await coord_run(url, n, deadline, waits, local_handoff=COHORT_K)
             elif zk:
                 await anyio.to_thread.run_sync(kazoo_run_sync, f"{host}:{port}", n, deadline, waits)
             else:
@@ -328,8 +340,15 @@ def plot(rows: list[Row], path: Path) -> None:
         mine = [r for r in rows if r.store == store and r.contenders > 0 and r.waits]
         for lock in sorted({r.lock for r in mine}):
             points = sorted((r.contenders, r.rate) for r in mine if r.lock == lock)
-            color = "tab:blue" if lock.startswith("coord") else "tab:orange"
+            color = (
+                "tab:green"
+                if lock == COHORT
+                else "tab:blue"
+                if lock.startswith("coord")
+                else "tab:orange"
+            )
             ax.plot(*zip(*points, strict=True), marker="o", label=lock, color=color)
+        ax.set_yscale("log")
         for r in rows:
             if r.store == store and r.lock.startswith("floor"):
                 ax.axhline(r.rate, linestyle="--", color="gray", label="handoff floor")
@@ -344,7 +363,7 @@ def plot(rows: list[Row], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--contenders", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--contenders", type=int, nargs="+", default=[1, 8, 32, 128])
     parser.add_argument("--seconds", type=float, default=4.0)
     args = parser.parse_args()
     rows: list[Row] = []

@@ -11,7 +11,7 @@
   (guarded by the job's version, as read) and the claim entry is created on the worker's
   lease. A job's version changes with every claim, so two workers can never both claim
   it; the claim entry dies with the worker's session, which makes the job claimable
-  again. The claim's creation revision is the job's fence.
+  again. The job's fence comes from the claim's creation revision (``fence_of``).
 * Reads are in that order — jobs, then claims — so that a claim made after the jobs
   were read fails the guard, and one that ended after the claims were read is seen by
   the watch started from that read.

@@ -129,14 +129,20 @@ class Client(AsyncResource):
         stats = self._keeper.statistics()
         return ClientStatistics(**stats.__dict__)
 
-    def mutex(self, name: str, *, reentrant: bool = False) -> Mutex:
+    def mutex(
+        self, name: str, *, reentrant: bool = False, local_handoff: int | None = None
+    ) -> Mutex:
         """A :class:`coord.Mutex` called *name* on this client's sessions. Not a checkpoint.
 
         :param reentrant: let the holding task enter again (released when its outermost
             block exits)
-        :raises ConfigurationError: if *name* is not a valid name
+        :param local_handoff: cohort mode: this client's tasks queue locally behind one
+            waiter key, and a releasing task hands the lock straight to the next local
+            waiter, with no round trip, at most this many times in a row (1 to 65535;
+            None: strict FIFO across all tasks, the default)
+        :raises ConfigurationError: if *name* or *local_handoff* is not valid
         """
-        return Mutex(self._keeper, name, reentrant=reentrant)
+        return Mutex(self._keeper, name, reentrant=reentrant, local_handoff=local_handoff)
 
     def semaphore(self, name: str, limit: int) -> Semaphore:
         """A :class:`coord.Semaphore` called *name*: at most *limit* holders at once.

@@ -33,7 +33,7 @@ from ._exceptions import (
     LeadershipLost,
     SessionExpiredError,
 )
-from ._hold import Hold
+from ._hold import Hold, fence_of
 from ._locking import TaskLock
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ class Leader:
 
     @classmethod
     def _of(cls, entry: Entry) -> Leader:
-        return cls(entry.key, entry.value, entry.revision)
+        return cls(entry.key, entry.value, fence_of(entry.revision))
 
 
 class Term(Hold):
@@ -115,7 +115,7 @@ class Term(Hold):
                 entry = None
             except SessionExpiredError as exc:  # (ZooKeeper: the session ended under it)
                 raise LeadershipLost(f"{self.name!r}: the session was lost") from exc
-            if entry is not None and entry.revision == self.fence and not self.lost:
+            if entry is not None and fence_of(entry.revision) == self.fence and not self.lost:
                 self._entry = entry
                 return
             # Refused, or no answer: read what the key holds now.
@@ -125,7 +125,7 @@ class Term(Hold):
                 raise LeadershipLost(f"{self.name!r}: the session was lost") from exc
             except BackendError:
                 current = self._entry  # try again (the loop ends if the term does)
-            if current is None or current.revision != self.fence:
+            if current is None or fence_of(current.revision) != self.fence:
                 self._key_gone()  # the body is cancelled, the block raises LeadershipLost
                 raise LeadershipLost(f"{self.name!r}: not leading any more: {self._why()}")
             if current.value == value and current.version != self._entry.version:

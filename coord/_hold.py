@@ -29,13 +29,25 @@ from ._exceptions import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
     from types import TracebackType
 
     from ._session import Session
     from .abc import Entry, Position
 
-__all__ = ["Hold"]
+__all__ = ["FENCE_SHIFT", "Hold", "fence_of"]
+
+#: A fence is ``revision << FENCE_SHIFT | seq``: the store revision that created the
+#: waiter key, then the holder's place among the tasks one client hands the lock to in a
+#: row without a round trip (cohort mode; 0 for the key's first holder). Strict and
+#: cohort holds of one lock thus compare: a later key always wins over every local
+#: handoff of an earlier one.
+FENCE_SHIFT = 16
+
+
+def fence_of(revision: int, seq: int = 0) -> int:
+    """The fencing token of the *seq*-th holder of the key created at *revision*."""
+    return revision << FENCE_SHIFT | seq
 
 
 class Hold:
@@ -43,8 +55,9 @@ class Hold:
 
     :ivar name: the lock's name
     :ivar fence: the fencing token: strictly increasing across successive holders of the
-        same lock (the etcd create revision, the ZooKeeper czxid of the waiter key). Send
-        it with every write to the protected resource so that it can reject a stale holder.
+        same lock (from the etcd create revision, the ZooKeeper czxid of the waiter key;
+        see :func:`fence_of`). Send it with every write to the protected resource so that
+        it can reject a stale holder.
     """
 
     #: What a loss raises (elections raise LeadershipLost, a LockLost).
@@ -52,11 +65,16 @@ class Hold:
 
     def __init__(self, name: str, session: Session, position: Position) -> None:
         entry = position.entry
+        self._setup(name, fence_of(entry.revision), session, entry)
+        self._seen_at = max(position.revision, entry.revision)  # my key existed then
+        self._unlisten = session.listen(self._poke)
+        session.start_soon(self._guard)
+
+    def _setup(self, name: str, fence: int, session: Session, entry: Entry) -> None:
         self.name = name
-        self.fence = entry.revision
+        self.fence = fence
         self._session = session
         self._entry = entry
-        self._seen_at = max(position.revision, entry.revision)  # my key existed then
         self._gone = False
         self._granted = False
         self._epoch = 0
@@ -64,8 +82,7 @@ class Hold:
         self._lost_event = anyio.Event()
         self._scope: anyio.CancelScope | None = None  # the wait, then the body
         self._guard_scope = anyio.CancelScope()
-        self._unlisten = session.listen(self._poke)
-        session.start_soon(self._guard)
+        self._followers: list[Callable[[], None]] = []
 
     def __repr__(self) -> str:
         state = "lost" if self.lost else "released" if self.released else "held"
@@ -121,6 +138,8 @@ class Hold:
     def _poke(self) -> None:
         """News from the session (loss, interruption) or about the key: cancel the body
         (or, while waiting, the wait) if the lock is lost."""
+        for follower in list(self._followers):
+            follower()
         if self._frozen is not None:
             return
         lost = self._is_lost()
@@ -128,6 +147,12 @@ class Hold:
             self._lost_event.set()
         if lost and self._scope is not None:
             self._scope.cancel()
+
+    def _follow(self, poke: Callable[[], None]) -> Callable[[], None]:
+        """Call *poke* on every news this hold gets (a cohort's task holds follow the
+        cohort's key); returns the function that stops it."""
+        self._followers.append(poke)
+        return lambda: self._followers.remove(poke) if poke in self._followers else None
 
     def _key_gone(self) -> None:
         self._gone = True

@@ -186,17 +186,7 @@ class TaskLock:
         claim = claims[key] = _Claim(self)
         self._waiting += 1
         try:
-            turn = wait_turn if wait else try_turn
-            hold = await turn(
-                self._source,
-                self._name,
-                self._prefix,
-                self._rule,
-                value=self._value(),
-                waiter_id=self._waiter_id(),
-                check=self._check,
-                hold_type=self._hold_type,
-            )
+            hold = await self._turn(wait=wait)
         except BaseException:
             claims.pop(key, None)
             raise
@@ -204,6 +194,21 @@ class TaskLock:
             self._waiting -= 1
         claim.hold, claim.depth = hold, 1
         return hold
+
+    async def _turn(self, *, wait: bool) -> Hold:
+        """Register a waiter key and wait for its turn (or, with ``wait=False``, take it
+        only if it has come)."""
+        turn = wait_turn if wait else try_turn
+        return await turn(
+            self._source,
+            self._name,
+            self._prefix,
+            self._rule,
+            value=self._value(),
+            waiter_id=self._waiter_id(),
+            check=self._check,
+            hold_type=self._hold_type,
+        )
 
     async def release(self) -> None:
         """Release what the current task holds (the outermost release of a reentrant

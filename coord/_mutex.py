@@ -11,11 +11,15 @@ finds nothing means the lock had been lost.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
+from ._cohort import MAX_HANDOFFS, cohort_of
+from ._exceptions import ConfigurationError
 from ._locking import TaskLock
 
 if TYPE_CHECKING:
+    from ._hold import Hold
     from ._session import SessionSource
 
 __all__ = ["Mutex", "MutexStatistics"]
@@ -56,20 +60,66 @@ class Mutex(TaskLock):
         with anyio.fail_after(5):
             async with mutex: ...
 
+    **Cohort mode** (``local_handoff=k``): the tasks of this client queue locally behind
+    one waiter key in the store's queue, and a releasing task hands the lock straight to
+    the next local waiter, with no round trip, at most *k* times in a row before the key
+    goes back to the tail of the queue. Every holder still gets its own strictly
+    increasing fence, is cancelled and gets :exc:`coord.LockLost` if the key or session
+    is lost, and a lost key is never handed on. FIFO holds within a client, and across
+    clients per key: another client waits for at most k + 1 holds of each client ahead
+    of it. For many tasks of few processes on one lock, it removes most of the round
+    trips (see the README's benchmarks).
+
     :param session: where the waiter keys' lease comes from: a client's sessions (which
         renew) or one :class:`coord.Session`
     :param name: slash-separated name, e.g. ``"orders/42"``
     :param reentrant: let the holding task enter again
+    :param local_handoff: cohort mode's limit of local handoffs in a row (None: strict)
     """
 
     _what = "mutex"
 
-    def __init__(self, session: SessionSource, name: str, *, reentrant: bool = False) -> None:
+    def __init__(
+        self,
+        session: SessionSource,
+        name: str,
+        *,
+        reentrant: bool = False,
+        local_handoff: int | None = None,
+    ) -> None:
+        if local_handoff is not None and (
+            isinstance(local_handoff, bool)
+            or not isinstance(local_handoff, int)
+            or not 1 <= local_handoff <= MAX_HANDOFFS
+        ):
+            raise ConfigurationError(
+                f"local_handoff must be None or an int from 1 to {MAX_HANDOFFS}, "
+                f"not {local_handoff!r}"
+            )
         super().__init__(session, name, reentrant=reentrant)
+        self._local_handoff = local_handoff
+
+    @property
+    def local_handoff(self) -> int | None:
+        """Cohort mode's limit of local handoffs in a row; None in strict mode."""
+        return self._local_handoff
 
     def __repr__(self) -> str:
         flags = " reentrant" if self._reentrant else ""
+        if self._local_handoff is not None:
+            flags += f" local_handoff={self._local_handoff}"
         return f"<coord.Mutex {self._name!r}{flags} locked={self.locked()}>"
+
+    async def _turn(self, *, wait: bool) -> Hold:
+        if self._local_handoff is None:
+            return await super()._turn(wait=wait)
+        cohort = cohort_of(self._source, self._prefix)
+        return await cohort.acquire(
+            partial(super()._turn, wait=wait),
+            wait=wait,
+            name=self._name,
+            handoffs=self._local_handoff,
+        )
 
     def statistics(self) -> MutexStatistics:
         """Return the local state of this object. Not a checkpoint."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ._exceptions import ConfigurationError
+from ._hold import fence_of
 
 if TYPE_CHECKING:
     from .abc import Entry
@@ -59,7 +60,9 @@ class Waiter:
     """One entry of a lock's queue, as read from the store.
 
     :ivar key: the waiter key
-    :ivar fence: its fencing token (creation revision)
+    :ivar fence: its fencing token (from its creation revision, as :attr:`Hold.fence`;
+        a client in cohort mode hands one key's hold to several of its tasks in turn,
+        with fences counting up from this one)
     :ivar holding: whether it holds (its turn has come), else it waits
     :ivar identity: who registered it: ``host``, ``pid``, ``name`` (when the client was
         given one); empty for keys written by something else
@@ -72,4 +75,4 @@ class Waiter:
 
     @classmethod
     def _of(cls, entry: Entry, holding: bool) -> Waiter:
-        return cls(entry.key, entry.revision, holding, parse_identity(entry.value))
+        return cls(entry.key, fence_of(entry.revision), holding, parse_identity(entry.value))

@@ -53,3 +53,41 @@ async def clients(coord_url: str) -> AsyncIterator[list[coord.Client]]:
     exited in the fixture's teardown (anyio cancel scopes nest per task)."""
     async with AsyncExitStack() as stack:
         yield [await stack.enter_async_context(coord.connect(coord_url, ttl=5.0)) for _ in range(4)]
+
+
+@pytest.fixture(params=["strict", "cohort"])
+def mutex_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a mutex test twice: as written (strict FIFO), and with every
+    ``client.mutex(name)`` that does not choose a mode made in cohort mode
+    (``local_handoff=2``), so that the whole conformance suite holds in both."""
+    if request.param == "cohort":
+        strict = coord.Client.mutex
+
+        def mutex(
+            self: coord.Client,
+            name: str,
+            *,
+            reentrant: bool = False,
+            local_handoff: int | None = None,
+        ) -> coord.Mutex:
+            return strict(self, name, reentrant=reentrant, local_handoff=local_handoff or 2)
+
+        monkeypatch.setattr(coord.Client, "mutex", mutex)
+    return str(request.param)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the cohort-mode run of a test marked ``strict_only`` (it tests what
+    cohort mode changes on purpose: e.g. that service order is registration order
+    across all tasks). Deselected, not skipped: there is nothing missing to report."""
+    strict_only = [
+        item
+        for item in items
+        if item.get_closest_marker("strict_only") is not None
+        and getattr(item, "callspec", None) is not None
+        and item.callspec.params.get("mutex_mode") == "cohort"  # type: ignore[attr-defined]
+    ]
+    if strict_only:
+        config.hook.pytest_deselected(items=strict_only)
+        dropped = set(map(id, strict_only))
+        items[:] = [item for item in items if id(item) not in dropped]

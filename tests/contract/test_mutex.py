@@ -18,7 +18,7 @@ from coord.testing import (
 )
 from coord.testing._faults import _wait_for_queue as wait_for_queue
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("mutex_mode")]
 
 
 async def waiter_keys(client: coord.Client, name: str) -> list[str]:
@@ -73,6 +73,7 @@ async def test_one_mutex_object_shared_by_many_tasks(clients: list[coord.Client]
     assert not mutex.locked()
 
 
+@pytest.mark.strict_only("cohort mode serves a client's own tasks first, k at a time")
 async def test_fifo_order_is_registration_order(clients: list[coord.Client]) -> None:
     a, b, _, _ = clients
     order: list[int] = []
@@ -510,27 +511,31 @@ async def test_not_reentrant(clients: list[coord.Client]) -> None:
     assert await waiter_keys(client, "reentry") == []
 
 
-async def test_reentrant_mutex(clients: list[coord.Client]) -> None:
+async def test_reentrant_mutex(clients: list[coord.Client], mutex_mode: str) -> None:
     a = clients[0]
     mutex = a.mutex("reentrant", reentrant=True)
+    other = a.mutex("reentrant", reentrant=True)
     order: list[str] = []
+    keys = 1 if mutex_mode == "cohort" else 2  # in cohort mode the other one waits locally
 
     async def other_task_of_the_same_client() -> None:
-        async with a.mutex("reentrant", reentrant=True):
+        async with other:
             order.append("other")
 
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
             async with mutex as outer:
                 tg.start_soon(other_task_of_the_same_client)
-                await wait_for_waiters(a, "reentrant", 2)  # it queues, it does not enter
+                await wait_for_waiters(a, "reentrant", keys)
+                while other.statistics().tasks_waiting == 0:  # it queues, it does not enter
+                    await anyio.lowlevel.checkpoint()
                 async with mutex as inner:
                     assert inner is outer
                     async with a.mutex("reentrant", reentrant=True) as third:
                         assert third is outer
                     assert not outer.released
                 assert not outer.released, "an inner exit released the lock"
-                assert len(await waiter_keys(a, "reentrant")) == 2
+                assert len(await waiter_keys(a, "reentrant")) == keys
                 order.append("outer")
             assert outer.released
     assert order == ["outer", "other"]
@@ -586,6 +591,7 @@ async def test_an_uncontended_lock_costs_no_watch(clients: list[coord.Client]) -
     assert await server_wakeups(client) - before == 0
 
 
+@pytest.mark.strict_only("a client's own waiters wait locally: test_cohort.py counts them")
 async def test_release_wakes_exactly_one_waiter(clients: list[coord.Client]) -> None:
     """A release costs the same number of watch notifications with 2 or 12 waiters."""
     a = clients[0]

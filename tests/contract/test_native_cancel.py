@@ -20,6 +20,7 @@ from coord.abc import Create
 from coord.testing import wait_for_no_waiters, wait_for_waiters
 
 from .conftest import ASYNCIO_STORES
+from .test_cohort import queue_locally
 
 if TYPE_CHECKING:
     import coord
@@ -39,6 +40,7 @@ async def _no_keys_then_acquire(client: coord.Client, name: str) -> None:
             pass
 
 
+@pytest.mark.usefixtures("mutex_mode")
 async def test_timeout_around_release_still_releases(clients: list[coord.Client]) -> None:
     a, b, _, _ = clients
     mutex = a.mutex("native-release")
@@ -50,6 +52,7 @@ async def test_timeout_around_release_still_releases(clients: list[coord.Client]
     await _no_keys_then_acquire(b, "native-release")
 
 
+@pytest.mark.usefixtures("mutex_mode")
 async def test_task_cancel_while_waiting_leaves_no_key(clients: list[coord.Client]) -> None:
     a, b, _, _ = clients
     holder = a.mutex("native-wait")
@@ -64,6 +67,7 @@ async def test_task_cancel_while_waiting_leaves_no_key(clients: list[coord.Clien
     await _no_keys_then_acquire(a, "native-wait")
 
 
+@pytest.mark.usefixtures("mutex_mode")
 async def test_task_cancel_while_registering_leaves_no_key(clients: list[coord.Client]) -> None:
     a, b, _, _ = clients
 
@@ -80,6 +84,7 @@ async def test_task_cancel_while_registering_leaves_no_key(clients: list[coord.C
     await _no_keys_then_acquire(b, "native-register")
 
 
+@pytest.mark.usefixtures("mutex_mode")
 async def test_wait_for_around_the_body_releases(clients: list[coord.Client]) -> None:
     a, b, _, _ = clients
 
@@ -240,3 +245,31 @@ async def test_an_ack_whose_reply_is_lost_is_found_done(
             assert job.payload == b"x"
     assert lost[0]
     assert (await b.queue("lost-ack").stats()).depth == 0
+
+
+@pytest.mark.parametrize("others", [0, 1], ids=["alone", "then-another"])
+async def test_handed_the_lock_as_it_is_cancelled(clients: list[coord.Client], others: int) -> None:
+    """Native asyncio: a local waiter is cancelled (task.cancel()) right after the
+    holder handed it the lock, before it ran. The lock passes on to the next local
+    waiter, or, with none, its key is deleted: nothing is held by nobody."""
+    a = clients[0]
+    mutex = a.mutex("cancel-handed", local_handoff=5)
+    hold = await mutex.acquire()
+    handed = asyncio.ensure_future(mutex.acquire())
+    got: list[int] = []
+    async with anyio.create_task_group() as tg:
+        while mutex.statistics().tasks_waiting == 0:
+            await anyio.lowlevel.checkpoint()
+        await queue_locally(tg, mutex, others, got)
+        # The cancel runs right after the release hands the lock over, before `handed`
+        # resumes: asyncio runs the callbacks in the order they were scheduled.
+        asyncio.get_running_loop().call_soon(handed.cancel)
+        await mutex.release()
+        with pytest.raises(asyncio.CancelledError):
+            await handed
+    if others:
+        assert got == [hold.fence + 2]  # the cancelled one's fence is never used
+    with anyio.fail_after(10):
+        await wait_for_no_waiters(a, "cancel-handed")  # deleted by a session task
+    async with a.mutex("cancel-handed") as again:  # and the lock is free
+        assert again.fence > hold.fence

@@ -65,7 +65,8 @@ class FaultRun:
 
     :param ttl: every worker's session TTL
     :param tasks: tasks per worker
-    :param recipe: ``"mutex"`` or ``"election"`` (each term is a hold)
+    :param recipe: ``"mutex"``, ``"cohort"`` (a mutex with ``local_handoff=2``),
+        ``"election"`` (each term is a hold) or ``"queue"`` (each claim is a hold)
     """
 
     directory: Path

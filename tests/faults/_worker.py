@@ -80,6 +80,8 @@ async def loop(client: coord.Client, store: StoreClient, proc: str, task: str, r
                 holding = client.election(NAME).campaign(f"{proc}/{task}".encode())
             elif recipe == "queue":
                 holding = client.queue(NAME).claim()
+            elif recipe == "cohort":  # the tasks of a process hand the lock on locally
+                holding = client.mutex(NAME, local_handoff=2)
             else:
                 holding = client.mutex(NAME)
             async with holding as hold:
@@ -191,7 +193,8 @@ if __name__ == "__main__":
     parser.add_argument("--tasks", type=int, default=2)
     parser.add_argument("--ttl", type=float, default=2.0)
     parser.add_argument("--options", default="{}")
-    parser.add_argument("--recipe", choices=["mutex", "election", "queue"], default="mutex")
+    recipes = ["mutex", "cohort", "election", "queue"]
+    parser.add_argument("--recipe", choices=recipes, default="mutex")
     parser.add_argument("--role", choices=["worker", "producer"], default="worker")
     anyio.run(main, parser.parse_args(), backend="asyncio")
     sys.exit(0)

@@ -65,3 +65,34 @@ def test_a_killed_holder_does_not_count_as_overlapping() -> None:
     with pytest.raises(AssertionError, match="still open"):
         _checks.check_no_overlap(_checks.holds(events))
     _checks.check_no_overlap(_checks.holds(events, killed=["a"]))
+
+
+def _job(proc: str, fence: int, job: str, seq: int, at: float, end: str | None) -> list[Event]:
+    events = [
+        Event(at, "ENTER", proc, "t0", fence),
+        Event(at + 0.1, "JOB", proc, "t0", fence, seq, detail=job),
+        Event(at + 0.2, "EXIT", proc, "t0", fence),
+    ]
+    if end is not None:
+        events.append(Event(at + 0.3, end, proc, "t0", fence, seq, detail=job))
+    return events
+
+
+def test_queue_checks() -> None:
+    puts = [Event(0.1 * i, "PUT", "producer", "producer", 0, i, detail=f"j{i}") for i in (1, 2, 3)]
+    acked = [*_job("a", 10, "j1", 1, 1, "ACKED"), *_job("b", 12, "j2", 2, 2, "ACKED")]
+    assert _checks.check_queue(puts + acked, {"j3"}) == 2
+    with pytest.raises(AssertionError, match="1 jobs lost"):
+        _checks.check_queue(puts + acked, set())  # j3 neither acked nor queued
+    with pytest.raises(AssertionError, match="acked twice"):
+        _checks.check_queue(puts + acked + _job("c", 13, "j2", 2, 3, "ACKED"), {"j3"})
+    with pytest.raises(AssertionError, match="out of put order"):
+        _checks.check_queue(puts + acked + _job("c", 11, "j3", 3, 3, "ACKED"), set())
+    # An ack whose outcome was unknown (the holder left its body, then was told
+    # ClaimLost) accounts for a job that is gone; a claim lost before its body ended
+    # does not.
+    unknown = _job("c", 13, "j3", 3, 3, "LOST")
+    assert _checks.check_queue(puts + acked + unknown, set()) == 2
+    cut_off = [e for e in unknown if e.kind != "EXIT"]
+    with pytest.raises(AssertionError, match="1 jobs lost"):
+        _checks.check_queue(puts + acked + cut_off, set())
