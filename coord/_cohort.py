@@ -18,13 +18,23 @@ Each holder gets its own :class:`CohortHold` with the fence ``revision << 16 | s
 increase from holder to holder, and compare with strict-mode fences of the same lock.
 A CohortHold follows the key's :class:`~coord.Hold`: if the key or its session is lost,
 the holder's body is cancelled and it gets :exc:`coord.LockLost`, exactly as in strict
-mode; a lost key is never handed on.
+mode; a key known to be lost is never handed on, and the next local waiter registers a
+new one at once.
+
+What a local handoff does not do is ask the store: a key deleted by *another client*
+(an operator, a bug) is known when its guard watch reports the deletion, normally within
+a round trip, as in strict mode for a holder in its body. A handoff made in that window
+passes the key on; its new holder is then cancelled and gets LockLost, and its fence,
+lower than that of any later key, lets the protected resource refuse its writes. (In
+strict mode the release's guarded delete would have told the releasing holder instead.)
+Losses of the session — the common case — are known locally and never handed on.
 """
 
 from __future__ import annotations
 
 import weakref
 from collections import deque
+from functools import partial
 from typing import TYPE_CHECKING
 
 import anyio
@@ -101,11 +111,10 @@ class Cohort:
         registering passes to the next local waiter.
 
         :param handoffs: how many times a key may be handed on (the mutex's
-            ``local_handoff``; the latest acquire's value applies to the cohort)
+            ``local_handoff``: the task that registers a key sets it for that key)
         :raises LockedError: with ``wait=False``, if a task of this client holds it or
             is registering, or (from *turn*) another client holds it
         """
-        self.handoffs = handoffs
         if self.busy:
             if not wait:
                 await anyio.lowlevel.checkpoint()
@@ -126,8 +135,16 @@ class Cohort:
         except BaseException:
             self._next_registers()
             raise
-        self.key, self.seq = key, 0
+        self.key, self.seq, self.handoffs = key, 0, handoffs
+        key._follow(partial(self._check_key, key))
         return CohortHold(key, 0, self)
+
+    def _check_key(self, key: Hold) -> None:
+        """News about *key*: once it is lost, it is this cohort's no more. The next local
+        waiter registers a new key at once, as a strict waiter would, even while the lost
+        key's holder is still being cancelled (or if it never releases)."""
+        if self.key is key and key.lost:
+            self._next_registers()
 
     def _give_up(self, ticket: _Ticket) -> None:
         """A local waiter is gone (cancelled): pass on whatever it was given."""
@@ -159,9 +176,9 @@ class Cohort:
     def _hand_on(self, held: CohortHold) -> Hold | None:
         """*held* is released: hand the key to the first local waiter if it may be
         handed on, and return None; else return the key, to be deleted by the caller."""
-        key = self.key
-        assert key is not None, "a cohort hold outlived its key"
-        assert held._key is key, "a cohort hold outlived its key"
+        key = held._key
+        if self.key is not key:
+            return key  # it was lost, and the cohort has moved on
         if self.tickets and self.seq < self.handoffs and not key.lost:
             self.seq += 1
             ticket = self.tickets.popleft()

@@ -65,7 +65,8 @@ class Mutex(TaskLock):
     the next local waiter, with no round trip, at most *k* times in a row before the key
     goes back to the tail of the queue. Every holder still gets its own strictly
     increasing fence, is cancelled and gets :exc:`coord.LockLost` if the key or session
-    is lost, and a lost key is never handed on. FIFO holds within a client, and across
+    is lost, and a key known to be lost is never handed on (see :mod:`coord._cohort` for
+    a key deleted by another client). FIFO holds within a client, and across
     clients per key: another client waits for at most k + 1 holds of each client ahead
     of it. For many tasks of few processes on one lock, it removes most of the round
     trips (see the README's benchmarks).

@@ -226,3 +226,57 @@ async def test_bad_local_handoff(clients: list[coord.Client]) -> None:
     mutex = client.mutex("ok", local_handoff=65535)
     assert mutex.local_handoff == 65535
     assert "local_handoff=65535" in repr(mutex)
+
+
+async def test_the_limit_is_the_registrants(clients: list[coord.Client]) -> None:
+    """The key's registrant sets its handoff limit: another Mutex object of the same
+    name with a larger local_handoff (here only a failed try_acquire) cannot stretch it,
+    and another client's waiter is served after at most k + 1 holds."""
+    a, b = clients[0], clients[1]
+    mutex = a.mutex("limit", local_handoff=1)
+    order: list[tuple[str, int]] = []
+    await mutex.acquire()
+    async with anyio.create_task_group() as tg:
+        fences: list[int] = []
+        await queue_locally(tg, mutex, 4, fences)
+
+        async def other() -> None:
+            async with b.mutex("limit") as h:
+                order.append(("b", h.fence))
+
+        tg.start_soon(other)
+        await wait_for_waiters(a, "limit", 2)
+        with pytest.raises(coord.LockedError):
+            await a.mutex("limit", local_handoff=1000).try_acquire()
+        await mutex.release()
+    holders = sorted([("a", f) for f in fences] + order, key=lambda x: x[1])
+    assert [who for who, _ in holders][:2] == ["a", "b"]
+
+
+async def test_a_holder_that_never_releases_does_not_block_after_a_loss(
+    clients: list[coord.Client],
+) -> None:
+    """A task that holds and never releases (a caller's bug): once the session is lost,
+    the next local waiter registers on the next session, as a strict waiter would."""
+    a = clients[0]
+    mutex = a.mutex("leak", local_handoff=3)
+    got = anyio.Event()
+    async with anyio.create_task_group() as tg:
+
+        async def leaky() -> None:
+            await mutex.acquire()
+            await anyio.sleep_forever()
+
+        async def other() -> None:
+            async with mutex:
+                got.set()
+
+        tg.start_soon(leaky)
+        await wait_for_waiters(a, "leak", 1)
+        tg.start_soon(other)
+        while mutex.statistics().tasks_waiting == 0:
+            await anyio.lowlevel.checkpoint()
+        await expire_session(a)
+        with anyio.fail_after(20):
+            await got.wait()
+        tg.cancel_scope.cancel()

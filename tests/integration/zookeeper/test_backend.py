@@ -52,7 +52,7 @@ async def test_waiter_node_layout_and_fence(
                 assert sequence.isdigit()
                 path = f"/{_chroot(zookeeper_url)}/{hold.key}"
                 _, stat = await anyio.to_thread.run_sync(observer.get, path)
-                assert hold.fence == stat.czxid
+                assert hold.fence == stat.czxid << 16  # czxid << 16 | seq (0: strict)
                 assert stat.ephemeralOwner == client.session.lease.id
             async with client.mutex("orders/43") as other:
                 assert other.key.endswith("-0000000000")  # a new parent: sequence restarts

@@ -56,7 +56,7 @@ async def test_an_explicit_acl(zookeeper_server: ZooKeeperServer) -> None:
         try:
             path = f"/{chroot}/{hold.key}"
             _, stat = await anyio.to_thread.run_sync(bob.get, path)  # bob may read
-            assert stat.czxid == hold.fence
+            assert stat.czxid << 16 == hold.fence  # the fence: czxid << 16 | seq
             with pytest.raises(NoAuthError):
                 await anyio.to_thread.run_sync(bob.delete, path)
         finally:

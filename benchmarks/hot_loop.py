@@ -1,0 +1,52 @@
+"""A contended coord.Mutex for a profiler: N contenders over min(N, 8) clients looping
+acquire/release on one throwaway server, as in suite.py, for a fixed time.
+
+    py-spy record -r 250 -f raw -o /tmp/etcd.txt -- python benchmarks/hot_loop.py --store etcd
+    python benchmarks/hot_loop.py --store zk --contenders 32 --seconds 10 --local-handoff 16
+    python benchmarks/profile_summary.py /tmp/etcd.txt    # where the time goes
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import anyio
+
+from coord.testing import EtcdServer, ZooKeeperServer
+
+sys.path.insert(0, str(Path(__file__).parent))
+from suite import coord_run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--store", choices=["etcd", "zk"], default="etcd")
+    parser.add_argument("--contenders", type=int, default=32)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--local-handoff", type=int, default=None)
+    args = parser.parse_args()
+    with EtcdServer() if args.store == "etcd" else ZooKeeperServer() as server:
+        waits: list[float] = []
+        t0 = time.perf_counter()
+        cpu0 = time.process_time()
+        anyio.run(
+            coord_run,
+            server.url + "/hot",
+            args.contenders,
+            t0 + args.seconds,
+            waits,
+            args.local_handoff,
+        )
+        elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        count = max(len(waits), 1)
+        print(
+            f"{args.store}: {len(waits) / elapsed:,.0f} acq/s, "
+            f"{cpu / count * 1000:.2f} ms CPU/acq, {cpu / elapsed:.0%} of one core"
+        )
+
+
+if __name__ == "__main__":
+    main()
