@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -34,11 +35,48 @@ class ServerNotFound(RuntimeError):
     """The server binary is not installed."""
 
 
+_given_ports: set[int] = set()
+_port_choice = random.Random()
+
+
+def _ephemeral_range_start() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+_EPHEMERAL_START = _ephemeral_range_start()  # read once, at import: not on an event loop
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port on 127.0.0.1 that was free a moment ago, never the same one twice in a
+    process, and below the kernel's ephemeral range when it can be.
+
+    (``bind(0)`` hands out ephemeral ports: the kernel may give the same one twice in a
+    row — a server then got the same port for its client and peer listeners — and any
+    outgoing connection may take it before the server binds it.)
+    """
+    high = _EPHEMERAL_START - 1
+    low = 20000 if high > 21000 else 1024
+    for _ in range(200):
+        port = _port_choice.randint(low, high)
+        if port in _given_ports:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _given_ports.add(port)
+        return port
+    while True:  # the range is crowded: let the kernel choose
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in _given_ports:
+            _given_ports.add(port)
+            return port
 
 
 def _all_threads_stopped(pid: int) -> bool:
