@@ -6,12 +6,13 @@ Starts a throwaway etcd and ZooKeeper and measures, in one run per store:
   library: a chain of waiters, each already watching the key of the one before; the
   holder deletes its key, the next gets the event and confirms with one read, then
   deletes its own (raw aetcd / raw kazoo);
-* **coord.Mutex** (strict FIFO), **coord cohort** (``local_handoff=COHORT_K``: a client's
-  tasks hand the lock on locally) and the store's usual Python lock (aetcd.Lock,
-  kazoo.Lock) with N = 1, 8, 32, 128 contenders spread over min(N, 8) clients, each looping
-  acquire/release: acquisitions/s, p50/p99 wait, max/mean wait (fairness), the server's
-  messages per acquisition (etcd ``grpc_server_msg_sent_total`` for Watch; ZooKeeper
-  watch notifications), and this process's CPU time per acquisition;
+* **coord.Mutex** (strict FIFO), **coord cohort** (``local_handoff=k``: a client's
+  tasks hand the lock on locally; k = 16 and 64 by default) and the store's usual
+  Python lock (aetcd.Lock, kazoo.Lock) with N = 1, 8, 32, 128 contenders spread over
+  min(N, 8) clients, each looping acquire/release: acquisitions/s, p50/p99 wait,
+  max/mean wait (fairness), the server's messages per acquisition (etcd
+  ``grpc_server_msg_sent_total`` for Watch; ZooKeeper watch notifications), and this
+  process's CPU time per acquisition;
 * **uncontended** acquire+release of one client against two raw round trips of the same
   client library (create + delete).
 
@@ -19,7 +20,7 @@ Writes ``benchmarks/results.md`` (the table) and ``benchmarks/results.png`` (acq
 per second against contenders, with the floor), and prints the table. Compare rows of one
 run: this machine's absolute numbers move by up to 2x from run to run.
 
-    python benchmarks/suite.py                  # about 3 minutes
+    python benchmarks/suite.py                  # about 6 minutes
     python benchmarks/suite.py --seconds 2 --contenders 1 8
 """
 
@@ -104,8 +105,8 @@ async def loop(acquire: Any, release: Any, deadline: float, waits: list[float]) 
         await release()
 
 
-#: Cohort mode's local handoffs in a row, as benchmarked.
-COHORT_K = 16
+#: Cohort mode's local handoffs in a row, as benchmarked by default (--cohort-k).
+COHORT_K = [16, 64]
 
 
 async def coord_run(
@@ -274,13 +275,16 @@ def zk_raw_pair_sync(hosts: str, rounds: int) -> float:
         client.close()
 
 
-COHORT = f"coord cohort (local_handoff={COHORT_K})"
+def cohort(k: int) -> str:
+    return f"coord cohort (local_handoff={k})"
 
 
 # -- one store -----------------------------------------------------------------------------
 
 
-async def measure(store: str, url: str, endpoint: str, ns: list[int], seconds: float) -> list[Row]:
+async def measure(
+    store: str, url: str, endpoint: str, ns: list[int], seconds: float, ks: list[int]
+) -> list[Row]:
     zk = store == "ZooKeeper"
     host, port = endpoint.removeprefix("zk:").rsplit(":", 1)
     rows: list[Row] = []
@@ -291,15 +295,16 @@ async def measure(store: str, url: str, endpoint: str, ns: list[int], seconds: f
     rows.append(Row(store, "floor (raw handoff chain)", 0, 1 / floor))
     peer = "kazoo.Lock" if zk else "aetcd.Lock"
     for n in ns:
-        for lock in ("coord.Mutex", COHORT, peer):
+        cohorts = {cohort(k): k for k in ks}
+        for lock in ("coord.Mutex", *cohorts, peer):
             waits: list[float] = []
             before = await notifications(endpoint)
             cpu0, t0 = time.process_time(), time.perf_counter()
             deadline = t0 + seconds
             if lock == "coord.Mutex":
                 await coord_run(url, n, deadline, waits)
-            elif lock == COHORT:
-                await coord_run(url, n, deadline, waits, local_handoff=COHORT_K)
+            elif lock in cohorts:
+                await coord_run(url, n, deadline, waits, local_handoff=cohorts[lock])
             elif zk:
                 await anyio.to_thread.run_sync(kazoo_run_sync, f"{host}:{port}", n, deadline, waits)
             else:
@@ -342,7 +347,7 @@ def plot(rows: list[Row], path: Path) -> None:
             points = sorted((r.contenders, r.rate) for r in mine if r.lock == lock)
             color = (
                 "tab:green"
-                if lock == COHORT
+                if lock.startswith("coord cohort")
                 else "tab:blue"
                 if lock.startswith("coord")
                 else "tab:orange"
@@ -365,11 +370,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--contenders", type=int, nargs="+", default=[1, 8, 32, 128])
     parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--cohort-k", type=int, nargs="+", default=COHORT_K)
     args = parser.parse_args()
     rows: list[Row] = []
     with EtcdServer() as etcd:
         rows += anyio.run(
-            measure, "etcd", etcd.url + "/bench", etcd.endpoint, args.contenders, args.seconds
+            measure,
+            "etcd",
+            etcd.url + "/bench",
+            etcd.endpoint,
+            args.contenders,
+            args.seconds,
+            args.cohort_k,
         )
     with ZooKeeperServer() as zk:
         rows += anyio.run(
@@ -379,6 +391,7 @@ def main() -> None:
             f"zk:{zk.endpoint}",
             args.contenders,
             args.seconds,
+            args.cohort_k,
         )
     text = table(rows)
     command = "python benchmarks/suite.py " + " ".join(sys.argv[1:])
