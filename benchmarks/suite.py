@@ -352,7 +352,10 @@ def plot(rows: list[Row], path: Path) -> None:
                 if lock.startswith("coord")
                 else "tab:orange"
             )
-            ax.plot(*zip(*points, strict=True), marker="o", label=lock, color=color)
+            style = ":" if lock.startswith("coord cohort") and lock != cohort(COHORT_K[0]) else "-"
+            ax.plot(
+                *zip(*points, strict=True), marker="o", label=lock, color=color, linestyle=style
+            )
         ax.set_yscale("log")
         for r in rows:
             if r.store == store and r.lock.startswith("floor"):

@@ -44,7 +44,8 @@ async def settle(job: Job, exc: BaseException | None, retry: Retry) -> None:
     """End *job*'s claim: ack if *exc* is None, retry/park/dead-letter for an Exception,
     release as it was for a cancellation or a deferred job.
 
-    :raises ClaimLost: if the claim had been lost, or the ending was refused
+    :raises ClaimLost: if the claim had been lost, the ending was refused, or its outcome
+        is unknown (a lost reply, and the session lost before it could be read again)
     """
     hold = job._hold
     session = hold.session
@@ -64,9 +65,16 @@ async def settle(job: Job, exc: BaseException | None, retry: Retry) -> None:
     done = await session.settle(lambda: _apply(session, ops, hold.entry, job._entry))
     if done != "done":
         hold._frozen = True
+        what = "ack" if exc is None else "release"
+        if done == "lost":
+            raise hold._lost_error(
+                f"{hold.name!r}: the outcome of the {what} is unknown (claim fence "
+                f"{hold.fence}): its reply was lost and the session with it, so it may "
+                "have been applied, or the job may be claimed again"
+            )
         raise hold._lost_error(
-            f"{hold.name!r}: the {'ack' if exc is None else 'release'} was refused: "
-            f"the claim (fence {hold.fence}) was no longer ours"
+            f"{hold.name!r}: the {what} was refused: the claim (fence {hold.fence}) was "
+            "no longer ours"
         )
 
 
