@@ -230,10 +230,7 @@ class CohortHold(Hold):
 
     async def _end(self) -> None:
         """Release: hand the key to the next local waiter, or delete it; raise LockLost
-        if the lock had been lost (then it is never handed on)."""
-        lost = self._finish()
+        if the lock had been lost (then it is never handed on: the key's own release
+        raises, see :meth:`Cohort.release`)."""
+        self._finish()
         await self._cohort.release(self)
-        if lost:
-            raise self._lost_error(
-                f"{self.name!r} was lost while held (fence {self.fence}): {self._why()}"
-            )

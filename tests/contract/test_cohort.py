@@ -8,6 +8,8 @@ cancellation of a task just handed the lock is in ``test_native_cancel.py``.)"""
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 import anyio.lowlevel
 import pytest
@@ -16,29 +18,13 @@ import coord
 from coord._hold import FENCE_SHIFT
 from coord.testing import drop_key, expire_session, server_wakeups, wait_for_waiters
 
+from ._local import queue_locally
+
 pytestmark = pytest.mark.anyio
 
 
 async def keys(client: coord.Client, name: str) -> list[str]:
     return [e.key for e in (await client.backend.entries(name + "/")).entries]
-
-
-async def queue_locally(
-    tg: anyio.abc.TaskGroup, mutex: coord.Mutex, count: int, order: list[int], *, hold: float = 0
-) -> None:
-    """Start *count* tasks that take *mutex* in turn (recording their fences in *order*),
-    and return once all of them wait."""
-    for _ in range(count):
-        before = mutex.statistics().tasks_waiting
-
-        async def take() -> None:
-            async with mutex as h:
-                order.append(h.fence)
-                await anyio.sleep(hold)
-
-        tg.start_soon(take)
-        while mutex.statistics().tasks_waiting == before:
-            await anyio.lowlevel.checkpoint()
 
 
 async def test_local_handoffs_cost_no_round_trip(clients: list[coord.Client]) -> None:
@@ -77,30 +63,40 @@ async def test_local_handoffs_cost_no_round_trip(clients: list[coord.Client]) ->
     assert await keys(a, "handoff") == []
 
 
+async def served(
+    a: coord.Client, b: coord.Client, mutex: coord.Mutex, local: int, *, before_release: Any = None
+) -> list[tuple[str, int]]:
+    """*mutex* (of client *a*) is held, *local* tasks of *a* queue behind it, and then a
+    task of *b* registers in the store's queue; the holder releases. Who held, in fence
+    order, with the fences."""
+    name = mutex.name
+    order: list[tuple[str, int]] = []
+    await mutex.acquire()
+    async with anyio.create_task_group() as tg:
+        fences: list[int] = []
+        await queue_locally(tg, mutex, local, fences)
+
+        async def other() -> None:
+            async with b.mutex(name) as h:
+                order.append(("b", h.fence))
+
+        tg.start_soon(other)
+        await wait_for_waiters(a, name, 2)
+        if before_release is not None:
+            await before_release()
+        await mutex.release()
+    return sorted([("a", f) for f in fences] + order, key=lambda x: x[1])
+
+
 async def test_at_most_k_handoffs_then_the_other_client(clients: list[coord.Client]) -> None:
     """With a waiter of another client in the store's queue, a key serves at most k + 1
     local holders; then the other client's turn comes, and this client's next local
     waiter registers behind it."""
     a, b = clients[0], clients[1]
-    ma = a.mutex("fair", local_handoff=2)
-    order: list[tuple[str, int]] = []
-    first = await ma.acquire()
-    async with anyio.create_task_group() as tg:
-        local: list[int] = []
-        await queue_locally(tg, ma, 5, local)
-
-        async def other() -> None:
-            async with b.mutex("fair") as h:
-                order.append(("b", h.fence))
-
-        tg.start_soon(other)
-        await wait_for_waiters(a, "fair", 2)
-        await ma.release()
-    fences = sorted([("a", f) for f in local] + order, key=lambda x: x[1])
+    fences = await served(a, b, a.mutex("fair", local_handoff=2), 5)
     assert [who for who, _ in fences] == ["a", "a", "b", "a", "a", "a"]
     assert [f & 0xFFFF for _, f in fences] == [1, 2, 0, 0, 1, 2]
-    assert fences[0][1] >> FENCE_SHIFT == first.fence >> FENCE_SHIFT
-    assert len({f >> FENCE_SHIFT for _, f in fences}) == 3  # b's key, and a's second one
+    assert len({f >> FENCE_SHIFT for _, f in fences}) == 3  # a's first key, b's, a's second
 
 
 async def test_exclusion_and_fences_across_modes_and_clients(
@@ -233,24 +229,13 @@ async def test_the_limit_is_the_registrants(clients: list[coord.Client]) -> None
     name with a larger local_handoff (here only a failed try_acquire) cannot stretch it,
     and another client's waiter is served after at most k + 1 holds."""
     a, b = clients[0], clients[1]
-    mutex = a.mutex("limit", local_handoff=1)
-    order: list[tuple[str, int]] = []
-    await mutex.acquire()
-    async with anyio.create_task_group() as tg:
-        fences: list[int] = []
-        await queue_locally(tg, mutex, 4, fences)
 
-        async def other() -> None:
-            async with b.mutex("limit") as h:
-                order.append(("b", h.fence))
-
-        tg.start_soon(other)
-        await wait_for_waiters(a, "limit", 2)
+    async def probe() -> None:
         with pytest.raises(coord.LockedError):
             await a.mutex("limit", local_handoff=1000).try_acquire()
-        await mutex.release()
-    holders = sorted([("a", f) for f in fences] + order, key=lambda x: x[1])
-    assert [who for who, _ in holders][:2] == ["a", "b"]
+
+    fences = await served(a, b, a.mutex("limit", local_handoff=1), 4, before_release=probe)
+    assert [who for who, _ in fences][:2] == ["a", "b"]
 
 
 async def test_a_holder_that_never_releases_does_not_block_after_a_loss(

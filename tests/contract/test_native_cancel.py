@@ -19,8 +19,8 @@ from coord import BackendUnavailable
 from coord.abc import Create
 from coord.testing import wait_for_no_waiters, wait_for_waiters
 
+from ._local import queue_locally
 from .conftest import ASYNCIO_STORES
-from .test_cohort import queue_locally
 
 if TYPE_CHECKING:
     import coord
