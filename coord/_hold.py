@@ -3,7 +3,11 @@
 A Hold exists from the registration of its waiter key: while waiting it only watches that
 key; once granted it is the lock. It is lost when
 
-* its key is deleted by someone else (a guard watch on the key sees it),
+* its key is deleted by someone else: a guard watch on the key sees it. That watch costs
+  two watch messages and a stream round trip, more than the whole of most waits and
+  holds on a busy lock, so it starts only once the hold has existed for
+  :data:`GUARD_DELAY` (from the revision at which the key was seen, so an earlier
+  deletion is reported at once). The release's guarded delete tells in any case;
 * its session is lost (the store expired or revoked the lease, the client closed it, or
   the lease's local deadline passed: read from the clock, so ``lost`` is true the moment
   the deadline passes, with no checkpoint), or
@@ -35,7 +39,7 @@ if TYPE_CHECKING:
     from ._session import Session
     from .abc import Entry, Position
 
-__all__ = ["FENCE_SHIFT", "Hold", "fence_of"]
+__all__ = ["FENCE_SHIFT", "GUARD_DELAY", "Hold", "fence_of"]
 
 #: A fence is ``revision << FENCE_SHIFT | seq``: the store revision that created the
 #: waiter key, then the holder's place among the tasks one client hands the lock to in a
@@ -43,6 +47,10 @@ __all__ = ["FENCE_SHIFT", "Hold", "fence_of"]
 #: cohort holds of one lock thus compare: a later key always wins over every local
 #: handoff of an earlier one.
 FENCE_SHIFT = 16
+
+#: Seconds a hold (waiting or granted) exists before its guard watch on its own key
+#: starts: a key deleted by another client is noticed within this plus a round trip.
+GUARD_DELAY = 1.0
 
 
 def fence_of(revision: int, seq: int = 0) -> int:
@@ -68,7 +76,7 @@ class Hold:
         self._setup(name, fence_of(entry.revision), session, entry)
         self._seen_at = max(position.revision, entry.revision)  # my key existed then
         self._unlisten = session.listen(self._poke)
-        session.start_soon(self._guard)
+        session.start_after(GUARD_DELAY, self._guard)
 
     def _setup(self, name: str, fence: int, session: Session, entry: Entry) -> None:
         self.name = name

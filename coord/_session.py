@@ -24,6 +24,7 @@ from anyio.abc import AsyncResource, TaskGroup
 from anyio.lowlevel import checkpoint_if_cancelled
 
 from . import _keys, _retry
+from ._deferred import Deferred
 from ._exceptions import (
     BackendError,
     BackendUnavailable,
@@ -142,6 +143,7 @@ class Session(SessionSource, AsyncResource):
         self._scopes: set[anyio.CancelScope] = set()
         self._listeners: set[Callable[[], None]] = set()
         self._in_flight: anyio.Semaphore | None = None
+        self._deferred = Deferred(self.start_soon)
         #: Why the session was lost (None while it is not).
         self.reason: str | None = None
 
@@ -315,6 +317,13 @@ class Session(SessionSource, AsyncResource):
         if self._tg is None or self._closed:
             raise ClosedError("the session is not open")
         self._tg.start_soon(func)
+
+    def start_after(self, delay: float, func: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run *func* in the session's task group once *delay* seconds have passed (one
+        task of the session waits for all such starts). Not a checkpoint."""
+        if self._tg is None or self._closed:
+            raise ClosedError("the session is not open")
+        self._deferred.start_after(delay, func)
 
     async def retry(self, func: Callable[[], Awaitable[Any]]) -> Any:
         """Await ``func()``, again after each BackendUnavailable (with backoff) while the

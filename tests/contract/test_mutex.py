@@ -630,6 +630,44 @@ async def test_release_wakes_exactly_one_waiter(clients: list[coord.Client]) -> 
     assert max(costs) <= 6, costs
 
 
+@pytest.mark.strict_only("a client's own waiters wait locally: test_cohort.py counts them")
+async def test_brief_holds_arm_no_guard_watch(
+    clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hold that ends before GUARD_DELAY never arms the watch on its own key: a chain of
+    brief holds costs one predecessor wake-up per handoff (etcd: its event and its
+    cancel), not also a guard watch created, fired by the holder's own delete, cancelled.
+    (The delay is raised so that a slow machine cannot arm one; the key-deleted tests
+    check that the guard still comes.)"""
+    monkeypatch.setattr(coord._hold, "GUARD_DELAY", 60.0)
+    a, b, _, _ = clients
+    holder = a.mutex("brief")
+    await holder.acquire()
+    handoffs = 6
+    held: list[int] = []
+    async with anyio.create_task_group() as tg:
+
+        async def waiter(client: coord.Client) -> None:
+            async with client.mutex("brief") as hold:
+                held.append(hold.fence)
+
+        for i in range(handoffs):
+            tg.start_soon(waiter, (a, b)[i % 2])
+            await wait_for_waiters(a, "brief", i + 2)  # queued in this order
+        await anyio.sleep(0.2)  # let every predecessor watch be established on the store
+        before = await server_wakeups(a)
+        with anyio.fail_after(10):
+            await holder.release()
+    await anyio.sleep(0.2)  # anything else a release would wake has arrived by now
+    cost = await server_wakeups(a) - before
+    assert held == sorted(held)
+    assert len(held) == handoffs
+    per_handoff = 2 if type(a.backend).__name__ == "EtcdBackend" else 1
+    # (+1: on ZooKeeper, the children watch of the last wait_for_waiters stays armed on
+    # the server until the first change, and fires then.)
+    assert cost <= per_handoff * handoffs + 1, f"{cost} wake-ups for {handoffs} handoffs"
+
+
 async def test_reentrant_acquire_inside_a_block_released_after_it(
     clients: list[coord.Client],
 ) -> None:

@@ -1,0 +1,70 @@
+"""Deferred starts: run a function in a session's task group once a delay has passed.
+
+One task per session sleeps until the earliest due time, so that deferring a start costs
+a heap push, not a task and a timer each. The holds use it for their guard watch (see
+:mod:`coord._hold`): most holds of a busy lock end long before their guard would matter,
+and a start that is due after its hold ended does nothing.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from typing import TYPE_CHECKING
+
+import anyio
+
+from ._exceptions import ClosedError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Coroutine
+    from typing import Any
+
+    StartSoon = Callable[[Callable[[], Coroutine[Any, Any, None]]], None]
+
+__all__ = ["Deferred"]
+
+
+class Deferred:
+    """Starts functions after a delay, through *start_soon* (a task group's)."""
+
+    def __init__(self, start_soon: StartSoon) -> None:
+        self._start_soon = start_soon
+        self._due: list[tuple[float, int, Callable[[], Coroutine[Any, Any, None]]]] = []
+        self._order = itertools.count()  # equal due times start in call order
+        self._changed: anyio.Event | None = None
+        self._running = False
+
+    def __len__(self) -> int:
+        return len(self._due)
+
+    def start_after(self, delay: float, func: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Start ``func()`` as a task *delay* seconds from now. Not a checkpoint.
+
+        :raises ClosedError: if the task group is closed
+        """
+        entry = (anyio.current_time() + delay, next(self._order), func)
+        heapq.heappush(self._due, entry)
+        if not self._running:
+            self._start_soon(self._run)
+            self._running = True
+        elif self._due[0] is entry and self._changed is not None:
+            self._changed.set()  # it is due before whatever the runner sleeps for
+
+    async def _run(self) -> None:
+        while True:
+            self._changed = anyio.Event()
+            if not self._due:
+                await self._changed.wait()
+                continue
+            due, _, func = self._due[0]
+            wait = due - anyio.current_time()
+            if wait > 0:
+                with anyio.move_on_after(wait):
+                    await self._changed.wait()
+                continue
+            heapq.heappop(self._due)
+            try:
+                self._start_soon(func)
+            except ClosedError:
+                return  # the session is closing: so is this task
