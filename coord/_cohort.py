@@ -22,8 +22,9 @@ mode; a key known to be lost is never handed on, and the next local waiter regis
 new one at once.
 
 What a local handoff does not do is ask the store: a key deleted by *another client*
-(an operator, a bug) is known when its guard watch reports the deletion, normally within
-a round trip, as in strict mode for a holder in its body. A handoff made in that window
+(an operator, a bug) is known when its guard watch reports the deletion: within a round
+trip once the key has existed for :data:`coord._hold.GUARD_DELAY`, as in strict mode for
+a holder in its body, so within about a second in all. A handoff made in that window
 passes the key on; its new holder is then cancelled and gets LockLost, and its fence,
 lower than that of any later key, lets the protected resource refuse its writes. (In
 strict mode the release's guarded delete would have told the releasing holder instead.)
