@@ -29,6 +29,7 @@ from pathlib import Path
 import anyio
 
 import coord
+from coord._hold import GUARD_DELAY
 from coord.testing import EtcdServer, ZooKeeperServer, wait_for_waiters
 
 HERE = Path(__file__).parent
@@ -80,6 +81,7 @@ async def waiters(url: str, count: int, trace: bool) -> tuple[float, float, floa
                     tg.start_soon(waiter, clients[i % len(clients)])
                 await wait_for_waiters(clients[0], name, count + 1)
                 registered = time.perf_counter() - t0
+                await anyio.sleep(GUARD_DELAY + 0.5)  # every waiter has its guard watch
                 heap.sample()
                 t1 = time.perf_counter()
                 await holder.release()
@@ -98,7 +100,9 @@ async def locks(url: str, count: int, trace: bool) -> tuple[float, float, float]
             for mutex in mutexes:
                 await mutex.acquire()
             acquired = time.perf_counter() - t0
-            await anyio.sleep(0.5)  # the guard watches exist by now (or the backlog shows)
+            # Every hold has its guard watch by now (or the backlog shows): they start
+            # once a hold has existed for GUARD_DELAY.
+            await anyio.sleep(GUARD_DELAY + 0.5)
             heap.sample()
             t1 = time.perf_counter()
             for mutex in mutexes:
