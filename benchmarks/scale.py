@@ -33,6 +33,7 @@ from coord._hold import GUARD_DELAY
 from coord.testing import EtcdServer, ZooKeeperServer, wait_for_waiters
 
 HERE = Path(__file__).parent
+TOP = 0  # --heap-top: print the files that hold the most heap at each sample
 
 
 class Heap:
@@ -51,6 +52,10 @@ class Heap:
         if self.trace:
             gc.collect()
             self.grown = tracemalloc.get_traced_memory()[0] - self.before
+            if TOP:
+                stats = tracemalloc.take_snapshot().statistics("filename")
+                for stat in stats[:TOP]:
+                    print(f"    {stat.size / 1024:10.0f} KB  {stat.traceback[0].filename}")
 
     def __exit__(self, *exc: object) -> None:
         pass
@@ -142,7 +147,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--waiters", type=int, nargs="+", default=[10, 100, 1000])
     parser.add_argument("--locks", type=int, nargs="+", default=[100, 1000, 10000])
+    parser.add_argument("--heap-top", type=int, default=0, metavar="N")
     args = parser.parse_args()
+    global TOP
+    TOP = args.heap_top
     rows: list[list[str]] = []
     with EtcdServer() as etcd:
         rows += anyio.run(measure, "etcd", etcd.url + "/scale", args.waiters, args.locks)
