@@ -39,3 +39,15 @@ def _watch_for_blocking_calls() -> Iterator[BlockBuster]:
             "coord/backends/etcd/_connection.py", "_check_readable"
         )
         yield bb
+
+
+@pytest.fixture
+def guard_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Holds arm their guard watch at once (GUARD_DELAY 0), as soon as they exist.
+
+    For tests that count server messages over a window: with the default delay a guard
+    armed by a waiter registered a second earlier could land in the window (on a slow
+    machine), and the count would depend on timing."""
+    import coord._hold
+
+    monkeypatch.setattr(coord._hold, "GUARD_DELAY", 0.0)

@@ -27,6 +27,7 @@ async def keys(client: coord.Client, name: str) -> list[str]:
     return [e.key for e in (await client.backend.entries(name + "/")).entries]
 
 
+@pytest.mark.usefixtures("guard_at_once")
 async def test_local_handoffs_cost_no_round_trip(clients: list[coord.Client]) -> None:
     """Local waiters behind a holder: each gets the lock handed on, in order, through
     one key, with fences key<<16 | 1, 2, ...; no watch fires for those handoffs, and one

@@ -592,6 +592,7 @@ async def test_an_uncontended_lock_costs_no_watch(clients: list[coord.Client]) -
 
 
 @pytest.mark.strict_only("a client's own waiters wait locally: test_cohort.py counts them")
+@pytest.mark.usefixtures("guard_at_once")
 async def test_release_wakes_exactly_one_waiter(clients: list[coord.Client]) -> None:
     """A release costs the same number of watch notifications with 2 or 12 waiters."""
     a = clients[0]

@@ -86,6 +86,7 @@ async def test_fifo_and_a_free_slot_is_never_left_empty(clients: list[coord.Clie
     assert await waiter_keys(c, "slots") == [] or await waiter_keys(d, "slots") == []
 
 
+@pytest.mark.usefixtures("guard_at_once")
 async def test_release_wakes_one_waiter(clients: list[coord.Client]) -> None:
     """Releases in arrival order cost the same store notifications with 2 or 12 waiters."""
     a = clients[0]

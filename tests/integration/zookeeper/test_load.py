@@ -16,6 +16,7 @@ HANDOFFS = 5
 _SENT = re.compile(r"sent=(\d+),sid=")
 
 
+@pytest.mark.usefixtures("guard_at_once")
 async def test_200_waiters_each_release_costs_the_same_packets(
     zookeeper_server: ZooKeeperServer, zookeeper_url: str
 ) -> None:
