@@ -3,7 +3,8 @@
 coord's docstrings use reST fields and roles (anyio's style). mkdocstrings reads the
 fields (``docstring_style: sphinx``) but leaves the roles as text, rendered as
 ``:exc:<code>coord.LockLost</code>``. This turns each into an optional cross-reference:
-a link where the name is documented in the reference, plain code elsewhere.
+a link where the name is documented in the reference, plain code elsewhere. It also
+drops the second colon of a reST literal block's ``::`` ("Example::").
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 _ROLES = "class|exc|meth|func|attr|mod|data|obj"
 _ROLE = re.compile(rf":(?:py:)?(?:{_ROLES}):<code>([~.]?)([^<]+)</code>")
+_LITERAL = re.compile(r"::</p>(\s*<div class=\"highlight\">)")
 
 
 def _link(match: re.Match[str]) -> str:
@@ -22,4 +24,4 @@ def _link(match: re.Match[str]) -> str:
 
 
 def on_page_content(html: str, **kwargs: Any) -> str:
-    return _ROLE.sub(_link, html)
+    return _LITERAL.sub(r":</p>\1", _ROLE.sub(_link, html))
