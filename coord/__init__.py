@@ -1,7 +1,8 @@
 """coord: async coordination on etcd and ZooKeeper watches.
 
 A fair-queue distributed mutex with fencing tokens (``async with client.mutex(name)``),
-leader election, a semaphore and a read-write lock, written once against a small backend
+leader election, a semaphore and a read-write lock, a job queue, fenced writes
+(:func:`fenced_put`, :func:`fenced_update`), written once against a small backend
 contract (:mod:`coord.abc`) that the memory, etcd and ZooKeeper backends implement.
 """
 
@@ -29,6 +30,9 @@ from ._exceptions import NotLeaderError as NotLeaderError
 from ._exceptions import NotOwnerError as NotOwnerError
 from ._exceptions import ResyncNeeded as ResyncNeeded
 from ._exceptions import SessionExpiredError as SessionExpiredError
+from ._fencing import fenced_put as fenced_put
+from ._fencing import fenced_update as fenced_update
+from ._fencing import fenced_update_sql as fenced_update_sql
 from ._hold import Hold as Hold
 from ._jobs import DeadLetter as DeadLetter
 from ._jobs import JobRef as JobRef
@@ -79,6 +83,9 @@ __all__ = [
     "Term",
     "Waiter",
     "connect",
+    "fenced_put",
+    "fenced_update",
+    "fenced_update_sql",
 ]
 
 __version__ = "0.1.0"

@@ -103,6 +103,8 @@ class Hold:
 
     @property
     def entry(self) -> Entry:
+        """The waiter key as the store has it (:class:`coord.abc.Entry`): what a
+        transaction guarded by this hold checks (see :func:`coord.fenced_put`)."""
         return self._entry
 
     @property
@@ -122,6 +124,8 @@ class Hold:
 
     @property
     def released(self) -> bool:
+        """True once the hold has ended: released, or its block left (lost or not). Not a
+        checkpoint."""
         return self._frozen is not None
 
     async def wait_lost(self) -> None:

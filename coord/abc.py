@@ -33,6 +33,7 @@ __all__ = [
     "Backend",
     "Change",
     "ChangeKind",
+    "Check",
     "Create",
     "Entry",
     "EntryGoneError",
@@ -40,6 +41,7 @@ __all__ = [
     "Listing",
     "Op",
     "Position",
+    "Put",
     "Remove",
     "Update",
 ]
@@ -144,8 +146,27 @@ class Remove:
     entry: Entry
 
 
+@dataclass(frozen=True)
+class Check:
+    """A guard and nothing else: the transaction happens only while *entry* exists as
+    the same entry (same creation revision; its value and version may have changed).
+    This is etcd's ``IsOwner()`` compare: "only while I still hold the lock"."""
+
+    entry: Entry
+
+
+@dataclass(frozen=True)
+class Put:
+    """A transaction step: write the plain key *key* (create it, or set its value), as
+    :meth:`Backend.put` does with no lease. For keys that no lease binds (what a lease
+    does to them is store-specific)."""
+
+    key: str
+    value: bytes
+
+
 #: One step of :meth:`Backend.transact`.
-Op = Create | Update | Remove
+Op = Create | Update | Remove | Check | Put
 
 
 class Lease(ABC):
@@ -351,17 +372,18 @@ class Backend(AsyncResource):
         Every :class:`Update` and :class:`Remove` is also a guard: the transaction happens
         only if each of their entries still exists with the same creation revision and
         version (so "ack this job only while my claim is still mine" is one transaction
-        removing both). Their entries must be waiter entries (made by :meth:`register` or
-        a :class:`Create`), each key at most once per transaction.
+        removing both); a :class:`Check` guards only (same creation revision). Their
+        entries must be waiter entries (made by :meth:`register` or a :class:`Create`);
+        a :class:`Put` writes a plain key. Each key at most once per transaction.
 
         Returns None if a guard failed (nothing was written), else one item per op: the
         new entry of a Create or Update (all with the same new revision/version: the
-        transaction's), None for a Remove. A checkpoint. Not repeated after a lost reply
-        (it could then fail its own guards): BackendUnavailable means the outcome is
-        unknown; read again to find out.
+        transaction's), None for a Remove, a Check or a Put. A checkpoint. Not repeated
+        after a lost reply (it could then fail its own guards): BackendUnavailable means
+        the outcome is unknown; read again to find out.
 
-        :raises ConfigurationError: for an op on a key that is not a waiter entry, a key
-            used twice, or a value over :attr:`max_value_size`
+        :raises ConfigurationError: for an op on a key that is not a waiter entry (a Put
+            on one that is), a key used twice, or a value over :attr:`max_value_size`
         :raises SessionExpiredError: if a Create's lease is lost
         """
 

@@ -16,7 +16,7 @@ import anyio
 
 from .._exceptions import SessionExpiredError
 from .._keys import WAITER_MARK
-from ..abc import Change, ChangeKind, Create, Entry, Position, Update
+from ..abc import Change, ChangeKind, Check, Create, Entry, Position, Put, Update
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -110,6 +110,12 @@ class MemoryStore:
                 results.append(self._put(op.prefix + op.waiter_id, op.value, lease, rev=rev))
             elif isinstance(op, Update):
                 results.append(self._put(op.entry.key, op.value, op.entry.lease, rev=rev))
+            elif isinstance(op, Put):
+                old = self._kv.get(op.key)
+                self._put(op.key, op.value, old.lease if old else 0, rev=rev)
+                results.append(None)
+            elif isinstance(op, Check):
+                results.append(None)
             else:
                 self._delete_key(op.entry.key, rev=rev)
                 results.append(None)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from .. import _keys
 from .._exceptions import ConfigurationError
-from ..abc import Create, Remove, Update
+from ..abc import Check, Create, Put, Remove, Update
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -40,7 +40,10 @@ def check_ops(ops: Sequence[Op], limit: int) -> None:
                     f"with '@' without '/', got {op.prefix!r} + {op.waiter_id!r}"
                 )
             key, value = op.prefix + op.waiter_id, op.value
-        elif isinstance(op, Update | Remove):
+        elif isinstance(op, Put):
+            _keys.check_plain_key(op.key, "transact: Put")
+            key, value = op.key, op.value
+        elif isinstance(op, Update | Remove | Check):
             key, value = op.entry.key, op.value if isinstance(op, Update) else b""
             if not _keys.is_waiter(key) or op.entry.provisional:
                 raise ConfigurationError(

@@ -34,7 +34,18 @@ from .._exceptions import (
     ResyncNeeded,
     SessionExpiredError,
 )
-from ..abc import Backend, Change, ChangeKind, Create, Entry, Lease, Listing, Position
+from ..abc import (
+    Backend,
+    Change,
+    ChangeKind,
+    Check,
+    Create,
+    Entry,
+    Lease,
+    Listing,
+    Position,
+    Put,
+)
 from ._keepalive import KeptAliveLease
 from ._memory_store import MemoryStore, _LeaseRecord
 from ._txn import check_ops, check_value
@@ -328,10 +339,12 @@ class MemoryBackend(Backend):
                     await checkpoint()
                     return None
                 continue
+            if isinstance(op, Put):
+                continue
             current = store._kv.get(op.entry.key)
             if current is None or (current.revision, current.version) != (
                 op.entry.revision,
-                op.entry.version,
+                current.version if isinstance(op, Check) else op.entry.version,
             ):
                 await checkpoint()
                 return None

@@ -344,3 +344,33 @@ async def test_transact_with_a_lost_lease_writes_nothing(clients: list[coord.Cli
     with pytest.raises(coord.SessionExpiredError):
         await backend.transact([Update(job, b"x"), Create("c/txlost/", wid("c"), lease=lease)])
     assert await other.get(job.key) == job
+
+
+async def test_transact_check_guards_and_put_writes_plain_keys(
+    clients: list[coord.Client],
+) -> None:
+    from coord.abc import Check, Put, Update
+
+    backend, lease, other, _ = parts(clients)
+    mine = (await backend.register("c/txcheck/", wid(), lease, value=b"a")).entry
+    # A Put creates a plain key (and its parents), then sets it; a Check writes nothing.
+    assert await backend.transact([Check(mine), Put("c/data/x/y", b"1")]) == (None, None)
+    assert await backend.transact([Put("c/data/x/y", b"2"), Check(mine)]) == (None, None)
+    written = await other.get("c/data/x/y")
+    assert written is not None
+    assert written.value == b"2"
+    assert written.lease == 0
+    assert await backend.get(mine.key) == mine
+    # A Check ignores the version: only the same entry (creation revision) counts.
+    done = await backend.transact([Update(mine, b"b")])
+    assert done is not None
+    assert await backend.transact([Check(mine), Put("c/data/x/y", b"3")]) == (None, None)
+    # Once the entry is gone the guard fails, and nothing is written.
+    await drop_key(clients[0], mine.key)
+    assert await backend.transact([Check(mine), Put("c/data/x/y", b"4")]) is None
+    assert await backend.transact([Put("c/data/x/new", b"4"), Check(mine)]) is None
+    assert (await other.get("c/data/x/y")) == await backend.get("c/data/x/y")
+    assert (await other.get("c/data/x/y")).value == b"3"  # type: ignore[union-attr]
+    assert await other.get("c/data/x/new") is None
+    with pytest.raises(coord.ConfigurationError):
+        await backend.transact([Put("c/data/@x", b"")])

@@ -30,7 +30,7 @@ from aetcd import rpc
 from ... import _keys
 from ..._exceptions import ConfigurationError, EntryGoneError
 from ..._keys import WAITER_MARK
-from ...abc import Backend, Change, Create, Entry, Lease, Listing, Position, Update
+from ...abc import Backend, Change, Check, Create, Entry, Lease, Listing, Position, Put, Update
 from .._probe import fail_if_all_refuse
 from .._txn import check_ops, check_value
 from ._connection import Connection, TLSFiles
@@ -364,13 +364,19 @@ class EtcdBackend(Backend):
                 put = rpc.PutRequest(key=k, value=op.value, lease=lease)
                 success.append(rpc.RequestOp(request_put=put))
                 continue
+            if isinstance(op, Put):
+                put = rpc.PutRequest(key=self._key(op.key), value=op.value)
+                success.append(rpc.RequestOp(request_put=put))
+                continue
             k = self._key(op.entry.key)
-            compare += [
-                rpc.Compare(
-                    key=k, target=_CREATE, create_revision=op.entry.revision, result=_EQUAL
-                ),
-                rpc.Compare(key=k, target=_MOD, mod_revision=op.entry.version, result=_EQUAL),
-            ]
+            compare.append(
+                rpc.Compare(key=k, target=_CREATE, create_revision=op.entry.revision, result=_EQUAL)
+            )
+            if isinstance(op, Check):  # etcd's IsOwner(): the key exists as the same entry
+                continue
+            compare.append(
+                rpc.Compare(key=k, target=_MOD, mod_revision=op.entry.version, result=_EQUAL)
+            )
             if isinstance(op, Update):
                 put = rpc.PutRequest(key=k, value=op.value, ignore_lease=True)
                 success.append(rpc.RequestOp(request_put=put))

@@ -5,11 +5,15 @@
 * :class:`~coord.abc.Update` is ``setData(path, value, version)`` and
   :class:`~coord.abc.Remove` is ``delete(path, version)``: a waiter's path carries a
   one-time GUID, so the node at that path can only be that entry, and its data version
-  is the rest of the guard.
+  is the rest of the guard;
+* :class:`~coord.abc.Check` is ``check(path, -1)``: the node exists (any version);
+* :class:`~coord.abc.Put` is ``setData(path, value, -1)``, or ``create`` when the node is
+  missing (a multi cannot "create or set": the first answer says which to send).
 
 A multi fails as a whole, and kazoo names the operation that failed: "no node" or "bad
-version" on an Update or Remove is a failed guard (None); "no node" on a Create is a
-missing parent (a container the server reaped), created before trying again. The new
+version" on an Update, Remove or Check is a failed guard (None); "no node" on a Create is a
+missing parent (a container the server reaped), created before trying again; on a Put it
+means "create it" (and then "node exists" means "set it"). The new
 nodes are read once after the commit (pipelined): for their czxid, and to check that an
 ephemeral one belongs to the lease's session (kazoo may have replaced an expired session
 under us: such a node is deleted and SessionExpiredError raised).
@@ -23,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from kazoo import exceptions as kz
 
 from ..._exceptions import BackendError, SessionExpiredError
-from ...abc import Create, Entry, Update
+from ...abc import Check, Create, Entry, Put, Update
 from ._queue import entry_of
 
 if TYPE_CHECKING:
@@ -49,14 +53,20 @@ class Transactions:
         self._paths = paths
         self._queues = queues
 
-    def _build(self, client: Any, ops: Sequence[Op]) -> Any:  # on the submitter thread
-        txn = client.transaction()
-        for op in ops:
+    def _build(self, client: Any, ops: Sequence[Op], creating: set[int]) -> Any:
+        txn = client.transaction()  # (on the submitter thread)
+        for i, op in enumerate(ops):
             if isinstance(op, Create):
                 path = self._paths.path(op.prefix + op.waiter_id) + "-"
                 txn.create(
                     path, op.value, self._conn.acl, ephemeral=op.lease is not None, sequence=True
                 )
+            elif isinstance(op, Put) and i in creating:
+                txn.create(self._paths.path(op.key), op.value, self._conn.acl)
+            elif isinstance(op, Put):
+                txn.set_data(self._paths.path(op.key), op.value, -1)
+            elif isinstance(op, Check):
+                txn.check(self._paths.path(op.entry.key), -1)
             elif isinstance(op, Update):
                 txn.set_data(self._paths.path(op.entry.key), op.value, op.entry.version)
             else:
@@ -71,15 +81,25 @@ class Transactions:
             for i, op in enumerate(ops)
             if isinstance(op, Create) and op.lease
         }
+        creating: set[int] = set()  # the Puts to send as creates
         for _ in range(_PARENT_ATTEMPTS):
             # Not repeated after a connection loss: BackendUnavailable (outcome unknown).
-            results = await self._conn.call("transact", partial(self._build, ops=ops))
+            build = partial(self._build, ops=ops, creating=creating)
+            results = await self._conn.call("transact", build)
             failed = [(i, r) for i, r in enumerate(results) if isinstance(r, Exception)]
             if not failed:
                 return await self._results(ops, results, owners)
             real = [(i, r) for i, r in failed if not isinstance(r, kz.RolledBackError)]
             index, error = real[0] if real else failed[0]
             op = ops[index]
+            if isinstance(op, Put) and isinstance(error, kz.NodeExistsError):
+                creating.discard(index)  # created in between: set it
+                continue
+            if isinstance(op, Put) and isinstance(error, kz.NoNodeError):
+                if index in creating:
+                    await self._nodes.ensure_parents(self._paths.path(op.key))
+                creating.add(index)
+                continue
             if isinstance(op, Create) and isinstance(error, kz.NoNodeError):
                 await self._nodes.ensure_parents(self._paths.path(op.prefix + op.waiter_id))
                 continue
