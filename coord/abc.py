@@ -372,6 +372,17 @@ class Backend(AsyncResource):
         revision at which they were read."""
 
     @abstractmethod
+    async def names(self, prefix: str = "") -> list[str]:
+        """The names that have waiter entries, at or under *prefix*: every ``n`` for
+        which some entry ``n + "/@..."`` exists, where ``n`` is *prefix* itself or starts
+        with ``prefix + "/"`` (``""``: every name). Sorted; for tools that show what is
+        held and waited for (``coord status``), not for recipes.
+
+        A checkpoint; one read on etcd and memory, a walk of the tree on ZooKeeper (one
+        listing per node under *prefix*), so not a snapshot there.
+        """
+
+    @abstractmethod
     def watch(
         self, prefix: str, *, revision: int
     ) -> AbstractAsyncContextManager[AsyncIterator[Change]]:

@@ -344,3 +344,17 @@ async def test_transact_with_a_lost_lease_writes_nothing(clients: list[coord.Cli
     with pytest.raises(coord.SessionExpiredError):
         await backend.transact([Update(job, b"x"), Create("c/txlost/", wid("c"), lease=lease)])
     assert await other.get(job.key) == job
+
+
+async def test_names(clients: list[coord.Client]) -> None:
+    backend, lease, other, _ = parts(clients)
+    for name in ("c/names/a", "c/names/a/b/c", "c/names/ab", "c/other"):
+        await backend.register(f"{name}/", wid("w"), lease)
+    await backend.put("c/names/plain/key", b"")  # a plain key is not a name
+    assert await other.names("c/names") == ["c/names/a", "c/names/a/b/c", "c/names/ab"]
+    assert await other.names("c/names/a") == ["c/names/a", "c/names/a/b/c"]
+    assert await other.names("c/names/a/b") == ["c/names/a/b/c"]
+    assert await other.names("c/none") == []
+    assert {"c/names/a", "c/other"} <= set(await other.names())
+    await lease.revoke()
+    assert await other.names("c/names") == []
