@@ -8,6 +8,7 @@ import coord
 
 from .elect import elect, leader
 from .lock import lock
+from .status import status
 
 __all__ = ["cli", "main"]
 
@@ -33,7 +34,7 @@ def cli() -> None:
     """
 
 
-for _command in (elect, leader, lock):
+for _command in (elect, leader, lock, status):
     cli.add_command(_command)
 
 

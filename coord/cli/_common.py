@@ -29,6 +29,7 @@ __all__ = [
     "Interrupt",
     "Store",
     "fail",
+    "identity_in",
     "release",
     "run",
     "show_identity",
@@ -169,6 +170,11 @@ def fail(message: str) -> NoReturn:
     """Print ``coord: message`` on stderr and exit 1."""
     click.echo(f"coord: {message}", err=True)
     sys.exit(FAILURE)
+
+
+def identity_in(who: Mapping[str, Any]) -> dict[str, Any]:
+    """The identity (host, pid, name) in a key's recorded JSON, or {} if it has none."""
+    return {k: who[k] for k in ("host", "pid", "name") if k in who} if "pid" in who else {}
 
 
 def show_identity(who: Mapping[str, Any]) -> str:

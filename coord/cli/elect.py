@@ -10,7 +10,17 @@ import click
 from coord._waiters import parse_identity
 
 from ._child import NOT_FOUND, run_until
-from ._common import FAILURE, NAME, Interrupt, Store, release, run, show_identity, store_options
+from ._common import (
+    FAILURE,
+    NAME,
+    Interrupt,
+    Store,
+    identity_in,
+    release,
+    run,
+    show_identity,
+    store_options,
+)
 from ._common import waiting as spinner
 from .lock import GRACE
 
@@ -19,7 +29,11 @@ if TYPE_CHECKING:
 
     import coord
 
-__all__ = ["elect", "leader"]
+__all__ = ["CANDIDATE", "elect", "leader"]
+
+#: The role recorded in the default value of a `coord elect` candidate (`coord status`
+#: tells an election from a mutex by it: they share a layout).
+CANDIDATE = "candidate"
 
 
 @click.command()
@@ -63,7 +77,7 @@ async def _elect(
 ) -> int:
     async with store.connect() as client:
         election = client.election(name)
-        payload = value.encode() if value is not None else json.dumps(client.identity).encode()
+        payload = (value or json.dumps({**client.identity, "role": CANDIDATE})).encode()
         while True:
             campaign = election.campaign(payload)
             with spinner(f"campaigning for {name} (leader: {_show(await election.leader())})"):
@@ -132,8 +146,7 @@ def _record(now: coord.Leader | None) -> dict[str, Any] | None:
 
 
 def _who(now: coord.Leader) -> dict[str, Any]:
-    who = parse_identity(now.value)
-    return who if "pid" in who else {}
+    return identity_in(parse_identity(now.value))
 
 
 def _show(now: coord.Leader | None) -> str:
