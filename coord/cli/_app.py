@@ -8,6 +8,7 @@ import coord
 
 from .elect import elect, leader
 from .lock import lock
+from .queue import queue
 from .status import status
 
 __all__ = ["cli", "main"]
@@ -34,7 +35,7 @@ def cli() -> None:
     """
 
 
-for _command in (elect, leader, lock, status):
+for _command in (elect, leader, lock, queue, status):
     cli.add_command(_command)
 
 
