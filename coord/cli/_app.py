@@ -6,6 +6,7 @@ import click
 
 import coord
 
+from .dev import dev
 from .elect import elect, leader
 from .lock import lock
 from .queue import queue
@@ -35,7 +36,7 @@ def cli() -> None:
     """
 
 
-for _command in (elect, leader, lock, queue, status):
+for _command in (dev, elect, leader, lock, queue, status):
     cli.add_command(_command)
 
 
