@@ -6,6 +6,8 @@ import os
 import pty
 import select
 import signal
+import subprocess
+import sys
 from typing import TYPE_CHECKING
 
 import pytest
@@ -88,3 +90,9 @@ def test_spinner_says_what_it_waits_for_on_a_terminal_only(coord_cli: Coord) -> 
     assert on_tty.returncode == 0
     os.close(controller)
     assert piped.communicate()[1] == "", "the spinner showed on a pipe"
+
+
+def test_import_coord_does_not_import_the_cli_libraries() -> None:
+    code = "import sys, coord; print(sorted(m for m in ('click', 'rich') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout == "[]\n"
