@@ -9,20 +9,18 @@ import click
 
 from coord._waiters import parse_identity
 
-from ._child import NOT_FOUND, run_until
 from ._common import (
     FAILURE,
     NAME,
     Interrupt,
     Store,
     identity_in,
-    release,
     run,
     show_identity,
     store_options,
+    waiting,
 )
-from ._common import waiting as spinner
-from .lock import GRACE
+from .lock import GRACE, run_holding
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -80,18 +78,10 @@ async def _elect(
         payload = (value or json.dumps({**client.identity, "role": CANDIDATE})).encode()
         while True:
             campaign = election.campaign(payload)
-            with spinner(f"campaigning for {name} (leader: {_show(await election.leader())})"):
+            with waiting(f"campaigning for {name} (leader: {_show(await election.leader())})"):
                 term = await campaign.acquire()
             env = {"COORD_ELECTION": name, "COORD_FENCE": str(term.fence)}
-            try:
-                status = await run_until(
-                    command, env=env, grace=grace, interrupt=interrupt, until=term.wait_lost
-                )
-            except OSError as exc:
-                click.echo(f"coord: cannot run {command[0]!r}: {exc.strerror or exc}", err=True)
-                status = NOT_FOUND
-            finally:
-                lost = await release(campaign)
+            status, lost = await run_holding(campaign, term, command, env, grace, interrupt)
             if lost is None and status is not None:
                 return status
             click.echo(

@@ -24,7 +24,9 @@ from ._common import (
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["GRACE", "lock", "who_holds"]
+    from coord._locking import TaskLock
+
+__all__ = ["GRACE", "lock", "run_holding", "who_holds"]
 
 GRACE = click.option(
     "--grace",
@@ -76,19 +78,33 @@ async def _lock(
             with waiting(f"waiting for lock {name} (held by {await who_holds(mutex)})"):
                 hold = await mutex.acquire()
         env = {"COORD_LOCK": name, "COORD_FENCE": str(hold.fence)}
-        try:
-            status = await run_until(
-                command, env=env, grace=grace, interrupt=i, until=hold.wait_lost
-            )
-        except OSError as exc:
-            click.echo(f"coord: cannot run {command[0]!r}: {exc.strerror or exc}", err=True)
-            status = NOT_FOUND
-        finally:
-            lost = await release(mutex)
+        status, lost = await run_holding(mutex, hold, command, env, grace, i)
         if lost is not None or status is None:
             click.echo(f"coord: lock lost, {command[0]!r} stopped: {lost}", err=True)
             return FAILURE
         return status
+
+
+async def run_holding(
+    lock: TaskLock,
+    hold: coord.Hold,
+    command: Sequence[str],
+    env: dict[str, str],
+    grace: float,
+    interrupt: Interrupt,
+) -> tuple[int | None, coord.LockLost | None]:
+    """Run *command* while *hold* lasts, then release *lock*: CMD's exit status (None
+    if it was stopped because the hold was lost), and the LockLost if it was."""
+    try:
+        status = await run_until(
+            command, env=env, grace=grace, interrupt=interrupt, until=hold.wait_lost
+        )
+    except OSError as exc:
+        click.echo(f"coord: cannot run {command[0]!r}: {exc.strerror or exc}", err=True)
+        status = NOT_FOUND
+    finally:
+        lost = await release(lock)
+    return status, lost
 
 
 async def who_holds(lock: coord.Mutex | coord.Semaphore) -> str:
