@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -67,7 +68,8 @@ class Coord:
         for process in self._started:
             if process.poll() is None:
                 process.kill()
-            process.communicate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.communicate(timeout=5)  # a grandchild may hold the pipes
 
 
 def wait_until(check: Callable[[], object], what: str, timeout: float = 10.0) -> None:

@@ -14,16 +14,16 @@ import pytest
 import coord
 from coord.testing import drop_key
 
-from ._support import wait_until
+from ._support import Coord, wait_until
 
 if TYPE_CHECKING:
-    from ._support import Coord
+    from pathlib import Path
 
-pytestmark = pytest.mark.etcd
 
 HOST = socket.gethostname()
 
 
+@pytest.mark.etcd
 def test_exit_status_and_fence_pass_through(coord_cli: Coord) -> None:
     done = coord_cli.run("lock", "job", "--", "sh", "-c", 'echo "$COORD_LOCK $COORD_FENCE"; exit 7')
     assert done.returncode == 7, done.stderr
@@ -35,6 +35,7 @@ def test_exit_status_and_fence_pass_through(coord_cli: Coord) -> None:
     assert int(again.stdout) > int(fence), "fences must increase from holder to holder"
 
 
+@pytest.mark.etcd
 def test_try_fails_at_once_on_a_held_lock_and_sigterm_is_forwarded(coord_cli: Coord) -> None:
     ran, stopped = coord_cli.cwd / "ran", coord_cli.cwd / "stopped"
     script = f"trap 'echo TERM > {stopped}; exit 0' TERM; touch {ran}; while :; do sleep 0.05; done"
@@ -54,6 +55,7 @@ def test_try_fails_at_once_on_a_held_lock_and_sigterm_is_forwarded(coord_cli: Co
     assert free.returncode == 0, free.stderr
 
 
+@pytest.mark.etcd
 def test_second_waits_for_first_in_order_and_status_shows_both(coord_cli: Coord) -> None:
     log, go = coord_cli.cwd / "log", coord_cli.cwd / "go"
 
@@ -89,6 +91,7 @@ def test_second_waits_for_first_in_order_and_status_shows_both(coord_cli: Coord)
     assert second.communicate()[1] == ""
 
 
+@pytest.mark.etcd
 def test_lost_lock_stops_the_command(coord_cli: Coord) -> None:
     ran, stopped = coord_cli.cwd / "ran", coord_cli.cwd / "stopped"
     script = f"trap 'echo TERM > {stopped}; exit 0' TERM; touch {ran}; while :; do sleep 0.05; done"
@@ -109,6 +112,7 @@ def test_lost_lock_stops_the_command(coord_cli: Coord) -> None:
     assert len(err.splitlines()) == 1
 
 
+@pytest.mark.etcd
 def test_interrupt_is_forwarded_then_a_deaf_command_is_killed(coord_cli: Coord) -> None:
     pid_file = coord_cli.cwd / "pid"
     script = f"trap '' INT TERM; echo $$ > {pid_file}; while :; do sleep 0.05; done"
@@ -123,7 +127,26 @@ def test_interrupt_is_forwarded_then_a_deaf_command_is_killed(coord_cli: Coord) 
     assert coord_cli.entries("job") == [], "the lock was not released"
 
 
+@pytest.mark.etcd
 def test_command_not_found(coord_cli: Coord) -> None:
     done = coord_cli.run("lock", "job", "--", "./no-such-command")
     assert done.returncode == 127
     assert done.stderr.startswith("coord: cannot run './no-such-command'")
+
+
+@pytest.mark.zookeeper
+def test_lock_and_status_on_zookeeper(zookeeper_url: str, tmp_path: Path) -> None:
+    cli = Coord(zookeeper_url, tmp_path)
+    ran = tmp_path / "ran"
+    try:
+        holder = cli.start("lock", "a/b/job", "--", "sh", "-c", f"touch {ran}; exec sleep 30")
+        wait_until(ran.exists, "the command to start")
+        (entry,) = cli.entries("a/b/job")
+        assert entry["identity"] == {"host": HOST, "pid": holder.pid}
+        assert [o["name"] for o in cli.status("a")] == ["a/b/job"]
+        assert cli.run("lock", "--try", "a/b/job", "--", "true").returncode == 1
+        holder.send_signal(signal.SIGTERM)
+        assert holder.wait(timeout=10) == 128 + signal.SIGTERM
+        assert cli.status() == []
+    finally:
+        cli.close()
