@@ -65,7 +65,7 @@ async def _status(store: Store, prefix: str, *, as_json: bool, watch: bool) -> i
             while True:
                 snapshot = await _snapshot.read(client, prefix)
                 if live is not None:
-                    live.update(_table(snapshot))
+                    live.update(_table(snapshot), refresh=True)
                 else:
                     _print(snapshot, as_json=as_json, stamp=True)
                 await _changed(client, snapshot)
@@ -74,7 +74,7 @@ async def _status(store: Store, prefix: str, *, as_json: bool, watch: bool) -> i
 def _print(snapshot: _snapshot.Snapshot, *, as_json: bool, stamp: bool = False) -> None:
     if as_json:
         click.echo(json.dumps(snapshot.as_json(), indent=None if stamp else 2))
-    elif sys.stdout.isatty():
+    elif sys.stdout.isatty() and snapshot.objects:
         from rich.console import Console
 
         Console().print(_table(snapshot))
@@ -117,7 +117,10 @@ def _who(entry: dict[str, Any]) -> str:
 def _table(snapshot: _snapshot.Snapshot) -> Table:
     from rich.table import Table
 
-    table = Table(title=f"coord status {snapshot.prefix or '(everything)'}", expand=False)
+    title = f"coord status {snapshot.prefix or '(everything)'}"
+    if not snapshot.objects:
+        title += ": nothing"
+    table = Table(title=title, expand=False)
     for column in ("name", "kind", "state", "fence", "who"):
         table.add_column(column)
     for obj in snapshot.objects:
