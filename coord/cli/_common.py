@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import signal
 import sys
-from contextlib import nullcontext
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
@@ -18,8 +18,7 @@ from coord._keys import check_name
 from coord._url import parse_url
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Mapping
-    from contextlib import AbstractContextManager
+    from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
     from coord._locking import TaskLock
 
@@ -185,13 +184,17 @@ def show_identity(who: Mapping[str, Any]) -> str:
     return f"{text} ({who['name']})" if who.get("name") else text
 
 
-def waiting(what: str) -> AbstractContextManager[object]:
-    """A spinner saying what we wait for, on stderr when it is a terminal; else nothing."""
+@asynccontextmanager
+async def waiting(describe: Callable[[], Awaitable[str]]) -> AsyncIterator[None]:
+    """A spinner saying what we wait for (``await describe()``: read only then), on
+    stderr when it is a terminal; else nothing."""
     if not sys.stderr.isatty():
-        return nullcontext()
+        yield
+        return
     from rich.console import Console
 
-    return Console(stderr=True).status(what)
+    with Console(stderr=True).status(await describe()):
+        yield
 
 
 async def release(lock: TaskLock) -> coord.LockLost | None:

@@ -78,7 +78,7 @@ async def _elect(
         payload = (value or json.dumps({**client.identity, "role": CANDIDATE})).encode()
         while True:
             campaign = election.campaign(payload)
-            with waiting(f"campaigning for {name} (leader: {_show(await election.leader())})"):
+            async with waiting(lambda: _campaigning(election)):
                 term = await campaign.acquire()
             env = {"COORD_ELECTION": name, "COORD_FENCE": str(term.fence)}
             status, lost = await run_holding(campaign, term, command, env, grace, interrupt)
@@ -88,6 +88,10 @@ async def _elect(
                 f"coord: leadership lost, {command[0]!r} stopped: {lost}; campaigning again",
                 err=True,
             )
+
+
+async def _campaigning(election: coord.Election) -> str:
+    return f"campaigning for {election.name} (leader: {_show(await election.leader())})"
 
 
 @click.command()

@@ -75,7 +75,11 @@ async def _lock(
                 click.echo(f"coord: {name} is held by {await who_holds(mutex)}", err=True)
                 return FAILURE
         else:
-            with waiting(f"waiting for lock {name} (held by {await who_holds(mutex)})"):
+
+            async def what() -> str:
+                return f"waiting for lock {name} (held by {await who_holds(mutex)})"
+
+            async with waiting(what):
                 hold = await mutex.acquire()
         env = {"COORD_LOCK": name, "COORD_FENCE": str(hold.fence)}
         status, lost = await run_holding(mutex, hold, command, env, grace, i)
