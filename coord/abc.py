@@ -4,7 +4,8 @@ It is as small as etcd's ``concurrency`` package needs: a lease with keepalive a
 signal; ordered waiter entries bound to a lease (or durable, for queues); the nearest
 entries ahead of mine; a wait for deletion; a guarded delete; get/put/compare-and-set; a
 prefix watch; and one small all-or-nothing transaction over entries (etcd ``Txn``,
-ZooKeeper ``multi``), which the queue's claims and fenced acks are made of. Recipes (mutex,
+ZooKeeper ``multi``), which the queue's claims and fenced acks are made of; and, for tools
+such as ``coord status``, a listing of the names in use. Recipes (mutex,
 election, ...) are written once against :class:`Backend` and never learn which store runs
 under them. Keys are relative to the backend's namespace and use ``/`` as separator.
 
