@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import re
 import uuid
+from typing import TYPE_CHECKING
 
 from ._exceptions import ConfigurationError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 __all__ = [
     "EXCLUSIVE_MARK",
@@ -23,6 +27,7 @@ __all__ = [
     "check_name",
     "check_plain_key",
     "is_waiter",
+    "names_of",
     "new_waiter_id",
     "prefix_of",
 ]
@@ -103,3 +108,16 @@ def check_plain_key(key: str, what: str) -> None:
             f"{what} {key!r}: keys with a segment starting with {WAITER_MARK!r} are waiter "
             "entries; only register() creates them"
         )
+
+
+def names_of(keys: Iterable[str], prefix: str) -> list[str]:
+    """The names (sorted, distinct) whose waiter keys are among *keys*, at or under
+    *prefix* (see :meth:`coord.abc.Backend.names`)."""
+    names = set()
+    for key in keys:
+        name, _, last = key.rpartition("/")
+        if last.startswith(WAITER_MARK) and (
+            not prefix or name == prefix or name.startswith(prefix + "/")
+        ):
+            names.add(name)
+    return sorted(names)

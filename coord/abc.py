@@ -4,7 +4,8 @@ It is as small as etcd's ``concurrency`` package needs: a lease with keepalive a
 signal; ordered waiter entries bound to a lease (or durable, for queues); the nearest
 entries ahead of mine; a wait for deletion; a guarded delete; get/put/compare-and-set; a
 prefix watch; and one small all-or-nothing transaction over entries (etcd ``Txn``,
-ZooKeeper ``multi``), which the queue's claims and fenced acks are made of. Recipes (mutex,
+ZooKeeper ``multi``), which the queue's claims and fenced acks are made of; and, for tools
+such as ``coord status``, a listing of the names in use. Recipes (mutex,
 election, ...) are written once against :class:`Backend` and never learn which store runs
 under them. Keys are relative to the backend's namespace and use ``/`` as separator.
 
@@ -392,6 +393,17 @@ class Backend(AsyncResource):
         """The waiter entries of *prefix* (those :meth:`register` made, keys ``prefix +
         "@..."``, never the keys of a nested name), oldest first, with the store
         revision at which they were read."""
+
+    @abstractmethod
+    async def names(self, prefix: str = "") -> list[str]:
+        """The names that have waiter entries, at or under *prefix*: every ``n`` for
+        which some entry ``n + "/@..."`` exists, where ``n`` is *prefix* itself or starts
+        with ``prefix + "/"`` (``""``: every name). Sorted; for tools that show what is
+        held and waited for (``coord status``), not for recipes.
+
+        A checkpoint; one read on etcd and memory, a walk of the tree on ZooKeeper (one
+        listing per node under *prefix*), so not a snapshot there.
+        """
 
     @abstractmethod
     def watch(

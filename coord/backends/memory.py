@@ -359,6 +359,12 @@ class MemoryBackend(Backend):
         await checkpoint()
         return listing
 
+    async def names(self, prefix: str = "") -> list[str]:
+        await self._enter()
+        names = _keys.names_of(self.store._kv, prefix)
+        await checkpoint()
+        return names
+
     @asynccontextmanager
     async def watch(self, prefix: str, *, revision: int) -> AsyncIterator[AsyncIterator[Change]]:
         await self._enter()

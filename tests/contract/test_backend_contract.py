@@ -374,3 +374,17 @@ async def test_transact_check_guards_and_put_writes_plain_keys(
     assert await other.get("c/data/x/new") is None
     with pytest.raises(coord.ConfigurationError):
         await backend.transact([Put("c/data/@x", b"")])
+
+
+async def test_names(clients: list[coord.Client]) -> None:
+    backend, lease, other, _ = parts(clients)
+    for name in ("c/names/a", "c/names/a/b/c", "c/names/ab", "c/other"):
+        await backend.register(f"{name}/", wid("w"), lease)
+    await backend.put("c/names/plain/key", b"")  # a plain key is not a name
+    assert await other.names("c/names") == ["c/names/a", "c/names/a/b/c", "c/names/ab"]
+    assert await other.names("c/names/a") == ["c/names/a", "c/names/a/b/c"]
+    assert await other.names("c/names/a/b") == ["c/names/a/b/c"]
+    assert await other.names("c/none") == []
+    assert {"c/names/a", "c/other"} <= set(await other.names())
+    await lease.revoke()
+    assert await other.names("c/names") == []

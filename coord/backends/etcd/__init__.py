@@ -407,6 +407,13 @@ class EtcdBackend(Backend):
         reply = await self._conn.call("list", lambda c: c.kv.Range, request)
         return Listing(tuple(self._entry(kv) for kv in reply.kvs), reply.header.revision)
 
+    async def names(self, prefix: str = "") -> list[str]:
+        start = self._key(prefix) if prefix else self._root or b"\0"
+        request = rpc.RangeRequest(key=start, range_end=range_end(start), keys_only=True)
+        reply = await self._conn.call("list", lambda c: c.kv.Range, request)
+        keys = (bytes(kv.key)[len(self._root) :].decode() for kv in reply.kvs)
+        return _keys.names_of(keys, prefix)
+
     @asynccontextmanager
     async def watch(self, prefix: str, *, revision: int) -> AsyncIterator[AsyncIterator[Change]]:
         start, end = self._queue_range(prefix)

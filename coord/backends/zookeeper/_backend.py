@@ -307,6 +307,26 @@ class ZooKeeperBackend(FaultHooks, Backend):
         self._check_open()
         return await self._queues.entries(prefix, limit)
 
+    async def names(self, prefix: str = "") -> list[str]:
+        """The names with waiter nodes at or under *prefix*: a walk of the tree, one
+        listing per node (not a snapshot). A checkpoint; nothing changes on the store."""
+        self._check_open()
+        found, level = [], [prefix]
+        while level:
+            below = []
+            for key in level:
+                listed = await self._queues.children(self._paths.path(key).rstrip("/") or "/")
+                children = listed[0] if listed is not None else []
+                if any(child.startswith(_keys.WAITER_MARK) for child in children):
+                    found.append(key)
+                below += [
+                    f"{key}/{child}" if key else child
+                    for child in children
+                    if not child.startswith(_keys.WAITER_MARK) and (key or child != "zookeeper")
+                ]
+            level = below
+        return sorted(found)
+
     # -- plain keys -----------------------------------------------------------------------
 
     async def get(self, key: str) -> Entry | None:

@@ -1,0 +1,45 @@
+"""The ``coord`` command group."""
+
+from __future__ import annotations
+
+import click
+
+import coord
+
+from .dev import dev
+from .elect import elect, leader
+from .lock import lock
+from .queue import queue
+from .status import status
+
+__all__ = ["cli", "main"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(coord.__version__, prog_name="coord")
+def cli() -> None:
+    """coord at the shell: locks, leader election, who holds what, job queues, and a
+    local etcd and ZooKeeper for trying it all.
+
+    Commands that talk to a store take --url or read COORD_URL:
+    etcd://host:port[/namespace], zk://host:port[/chroot] or memory://.
+
+    \b
+    Try it:
+        coord dev                              # terminal 1: local servers
+        export COORD_URL=etcd://127.0.0.1:...  # the line coord dev prints
+        coord lock demo -- sleep 10            # terminals 2 and 3
+        coord status                           # terminal 4: holder and waiter
+
+    Exit status: the wrapped command's, 1 for a failure (one line on stderr), 2 for a
+    usage error, 128+N after signal N.
+    """
+
+
+for _command in (dev, elect, leader, lock, queue, status):
+    cli.add_command(_command)
+
+
+def main() -> None:
+    """The ``coord`` console script."""
+    cli(prog_name="coord")

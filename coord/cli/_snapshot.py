@@ -1,0 +1,130 @@
+"""What ``coord status`` shows: every lock, election and queue under a prefix, read from
+the store, as plain data (the ``--json`` schema, version 1).
+
+The kind of a name is read from its entries, since the store records no type: readers'
+keys (``@r``) make a read-write lock, a recorded ``limit`` a semaphore, a recorded
+identity a mutex, anything else an election (a candidate's value is what it campaigned
+with), and the ``_jobs``/``_claims``/``_dead``/``_turn`` names of one parent a queue.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from coord import _jobs
+from coord._hold import fence_of
+from coord._keys import WAITER_MARK
+from coord._waiters import parse_identity
+
+from ._common import identity_in
+from .elect import CANDIDATE
+
+if TYPE_CHECKING:
+    import coord
+    from coord._locking import TaskLock
+    from coord.abc import Entry
+
+__all__ = ["SCHEMA_VERSION", "Snapshot", "read"]
+
+SCHEMA_VERSION = 1
+_QUEUE_PARTS = ("_jobs", "_claims", "_dead", "_turn")
+
+
+class Snapshot:
+    """The objects read (JSON-ready dicts), and the store revision at which each waiter
+    prefix was read (to watch from)."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.objects: list[dict[str, Any]] = []
+        self.revisions: dict[str, int] = {}
+        self.names: list[str] = []
+
+    def as_json(self) -> dict[str, Any]:
+        return {"version": SCHEMA_VERSION, "prefix": self.prefix, "objects": self.objects}
+
+
+async def read(client: coord.Client, prefix: str) -> Snapshot:
+    """Read everything under *prefix*. A checkpoint; a few reads per name."""
+    snapshot = Snapshot(prefix)
+    snapshot.names = await client.backend.names(prefix)
+    queues = sorted(
+        {n.rpartition("/")[0] for n in snapshot.names if n.rpartition("/")[2] in _QUEUE_PARTS}
+    )
+    for name in snapshot.names:
+        parent, _, last = name.rpartition("/")
+        if parent in queues and last in _QUEUE_PARTS:
+            continue
+        snapshot.objects.append(await _lock(client, name, snapshot.revisions))
+    for name in queues:
+        snapshot.objects.append(await _queue(client, name, snapshot.revisions))
+    snapshot.objects.sort(key=lambda o: str(o["name"]))
+    return snapshot
+
+
+async def _lock(client: coord.Client, name: str, revisions: dict[str, int]) -> dict[str, Any]:
+    listing = await client.backend.entries(name + "/")
+    revisions[name + "/"] = listing.revision
+    kind, limit, lock = _kind_of(client, name, listing.entries)
+    values = {e.key: e.value for e in listing.entries}
+    entries = []
+    for waiter in await lock.waiters():
+        record: dict[str, Any] = {
+            "key": waiter.key,
+            "fence": waiter.fence,
+            "holding": waiter.holding,
+            "identity": identity_in(waiter.identity),
+        }
+        if kind == "rwlock":
+            reader = waiter.key.rpartition("/")[2].startswith(WAITER_MARK + "r")
+            record["mode"] = "read" if reader else "write"
+        if kind == "election":
+            record["value"] = values.get(waiter.key, b"").decode(errors="replace")
+        entries.append(record)
+    found: dict[str, Any] = {"name": name, "kind": kind, "entries": entries}
+    if limit is not None:
+        found["limit"] = limit
+    return found
+
+
+def _kind_of(
+    client: coord.Client, name: str, entries: tuple[Entry, ...]
+) -> tuple[str, int | None, TaskLock]:
+    """The kind, the semaphore limit, and a recipe object that reads the queue by the
+    kind's rule."""
+    who = [parse_identity(e.value) for e in entries]
+    if any(e.key.rpartition("/")[2].startswith(WAITER_MARK + "r") for e in entries):
+        return "rwlock", None, client.rwlock(name).write
+    limits = [w["limit"] for w in who if isinstance(w.get("limit"), int)]
+    if limits:
+        return "semaphore", max(limits), client.semaphore(name, max(limits))
+    mutex = who and all("pid" in w and w.get("role") != CANDIDATE for w in who)
+    kind = "mutex" if mutex else "election"
+    return kind, None, client.mutex(name)
+
+
+async def _queue(client: coord.Client, name: str, revisions: dict[str, int]) -> dict[str, Any]:
+    backend = client.backend
+    for part in ("_jobs", "_dead"):
+        revisions[f"{name}/{part}/"] = (await backend.entries(f"{name}/{part}/", limit=1)).revision
+    claims = await backend.entries(f"{name}/_claims/")
+    revisions[f"{name}/_claims/"] = claims.revision
+    idle = await backend.entries(f"{name}/_turn/")
+    revisions[f"{name}/_turn/"] = idle.revision
+    stats = await client.queue(name).stats()
+    return {
+        "name": name,
+        "kind": "queue",
+        "depth": stats.depth,
+        "in_flight": stats.in_flight,
+        "parked": stats.parked,
+        "dead": stats.dead,
+        "idle_workers": len(idle.entries),
+        "claims": [_claim(entry) for entry in claims.entries],
+    }
+
+
+def _claim(entry: Entry) -> dict[str, Any]:
+    who = parse_identity(entry.value)
+    job = who.pop("job", None) or _jobs.id_of(entry.key)
+    return {"job": job, "fence": fence_of(entry.revision), "identity": identity_in(who)}

@@ -1,0 +1,151 @@
+"""``coord elect NAME -- CMD...`` and ``coord leader NAME``: leader election at the shell."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from coord._waiters import parse_identity
+
+from ._common import (
+    FAILURE,
+    NAME,
+    Interrupt,
+    Store,
+    identity_in,
+    run,
+    show_identity,
+    store_options,
+    waiting,
+)
+from .lock import GRACE, run_holding
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import coord
+
+__all__ = ["CANDIDATE", "elect", "leader"]
+
+#: The role recorded in the default value of a `coord elect` candidate (`coord status`
+#: tells an election from a mutex by it: they share a layout).
+CANDIDATE = "candidate"
+
+
+@click.command()
+@click.argument("name", callback=NAME)
+@click.argument("command", nargs=-1, required=True, metavar="-- CMD [ARGS]...")
+@click.option(
+    "--value",
+    help="What `coord leader` shows while this process leads (default: its host, pid "
+    "and --identity, as JSON).",
+)
+@GRACE
+@store_options
+def elect(
+    store: Store, name: str, command: tuple[str, ...], value: str | None, grace: float
+) -> None:
+    """Run CMD only while this process leads the election NAME.
+
+    Campaigns (candidates lead in the order they joined; a spinner on a terminal shows
+    who leads meanwhile), then runs CMD with COORD_ELECTION=NAME and COORD_FENCE=<term>
+    in its environment; the fence strictly increases from term to term.
+
+    If leadership is lost, CMD gets SIGTERM (SIGKILL after --grace seconds), one line
+    goes to stderr, and coord campaigns again: CMD runs again when it leads again. When
+    CMD exits on its own, coord resigns and exits with CMD's status. Ctrl-C or SIGTERM
+    is passed on to CMD (exit status 130 or 143).
+
+    \b
+    Example, on every node of a pool:
+        coord elect --value "$(hostname)" scheduler -- ./run-scheduler
+    """
+    run(lambda interrupt: _elect(store, name, command, value, grace, interrupt))
+
+
+async def _elect(
+    store: Store,
+    name: str,
+    command: Sequence[str],
+    value: str | None,
+    grace: float,
+    interrupt: Interrupt,
+) -> int:
+    async with store.connect() as client:
+        election = client.election(name)
+        payload = (value or json.dumps({**client.identity, "role": CANDIDATE})).encode()
+        while True:
+            campaign = election.campaign(payload)
+            async with waiting(lambda: _campaigning(election)):
+                term = await campaign.acquire()
+            env = {"COORD_ELECTION": name, "COORD_FENCE": str(term.fence)}
+            status, lost = await run_holding(campaign, term, command, env, grace, interrupt)
+            if lost is None and status is not None:
+                return status
+            click.echo(
+                f"coord: leadership lost, {command[0]!r} stopped: {lost}; campaigning again",
+                err=True,
+            )
+
+
+async def _campaigning(election: coord.Election) -> str:
+    return f"campaigning for {election.name} (leader: {_show(await election.leader())})"
+
+
+@click.command()
+@click.argument("name", callback=NAME)
+@click.option("--watch", is_flag=True, help="Follow every change until Ctrl-C.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@store_options
+def leader(store: Store, name: str, watch: bool, as_json: bool) -> None:
+    """Show who leads the election NAME: its value and term fence.
+
+    Exits 1 if nobody leads (without --watch). With --watch, prints the leader, then a
+    line at every change (a new leader, a new value, no leader) until Ctrl-C.
+    With --json, each line is {"name": NAME, "leader": null | {"key", "value",
+    "fence", "identity"}}: value as text, identity the host/pid/name recorded by a
+    `coord elect` without --value (else {}).
+    """
+    run(lambda _: _leader(store, name, watch=watch, as_json=as_json))
+
+
+async def _leader(store: Store, name: str, *, watch: bool, as_json: bool) -> int:
+    async with store.connect() as client:
+        election = client.election(name)
+        if not watch:
+            now = await election.leader()
+            _print(name, now, as_json)
+            return 0 if now is not None else FAILURE
+        async for now in election.observe():
+            _print(name, now, as_json)
+    return 0  # pragma: no cover  (observe() never ends)
+
+
+def _print(name: str, now: coord.Leader | None, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps({"name": name, "leader": _record(now)}))
+    elif now is None:
+        click.echo(f"{name}: no leader")
+    else:
+        click.echo(f"{name}: {_show(now)} (fence {now.fence})")
+
+
+def _record(now: coord.Leader | None) -> dict[str, Any] | None:
+    if now is None:
+        return None
+    value = now.value.decode(errors="replace")
+    return {"key": now.key, "value": value, "fence": now.fence, "identity": _who(now)}
+
+
+def _who(now: coord.Leader) -> dict[str, Any]:
+    return identity_in(parse_identity(now.value))
+
+
+def _show(now: coord.Leader | None) -> str:
+    """The leader as a person reads it: its identity, or its value."""
+    if now is None:
+        return "nobody"
+    who = _who(now)
+    return show_identity(who) if who else now.value.decode(errors="replace")

@@ -1,0 +1,117 @@
+"""``coord lock NAME -- CMD...``: run a command while holding a mutex."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+import coord
+
+from ._child import NOT_FOUND, run_until
+from ._common import (
+    FAILURE,
+    NAME,
+    Interrupt,
+    Store,
+    release,
+    run,
+    show_identity,
+    store_options,
+    waiting,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from coord._locking import TaskLock
+
+__all__ = ["GRACE", "lock", "run_holding", "who_holds"]
+
+GRACE = click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    help="Seconds between SIGTERM and SIGKILL when the command must stop.",
+)
+
+
+@click.command()
+@click.argument("name", callback=NAME)
+@click.argument("command", nargs=-1, required=True, metavar="-- CMD [ARGS]...")
+@click.option("--try", "try_", is_flag=True, help="Fail at once (exit 1) if NAME is taken.")
+@GRACE
+@store_options
+def lock(store: Store, name: str, command: tuple[str, ...], try_: bool, grace: float) -> None:
+    """Run CMD while holding the mutex NAME; exit with CMD's status.
+
+    Waits in FIFO order behind the holder and earlier waiters (a spinner on a terminal
+    says for whom). CMD gets COORD_LOCK=NAME and COORD_FENCE=<fence> in its environment:
+    the fence strictly increases from holder to holder, so a store that CMD writes to
+    can refuse a stale holder's writes.
+
+    If the lock is lost while CMD runs (the session expired, or the key was deleted),
+    CMD gets SIGTERM (SIGKILL after --grace seconds) and coord exits 1 with one line on
+    stderr. Ctrl-C or SIGTERM to coord is passed on to CMD, then the lock is released;
+    the exit status is then 130 or 143.
+
+    \b
+    Example:
+        coord lock nightly-backup -- ./backup.sh --full
+    """
+    run(lambda interrupt: _lock(store, name, command, try_=try_, grace=grace, i=interrupt))
+
+
+async def _lock(
+    store: Store, name: str, command: Sequence[str], *, try_: bool, grace: float, i: Interrupt
+) -> int:
+    async with store.connect() as client:
+        mutex = client.mutex(name)
+        if try_:
+            try:
+                hold = await mutex.try_acquire()
+            except coord.LockedError:
+                click.echo(f"coord: {name} is held by {await who_holds(mutex)}", err=True)
+                return FAILURE
+        else:
+
+            async def what() -> str:
+                return f"waiting for lock {name} (held by {await who_holds(mutex)})"
+
+            async with waiting(what):
+                hold = await mutex.acquire()
+        env = {"COORD_LOCK": name, "COORD_FENCE": str(hold.fence)}
+        status, lost = await run_holding(mutex, hold, command, env, grace, i)
+        if lost is not None or status is None:
+            click.echo(f"coord: lock lost, {command[0]!r} stopped: {lost}", err=True)
+            return FAILURE
+        return status
+
+
+async def run_holding(
+    lock: TaskLock,
+    hold: coord.Hold,
+    command: Sequence[str],
+    env: dict[str, str],
+    grace: float,
+    interrupt: Interrupt,
+) -> tuple[int | None, coord.LockLost | None]:
+    """Run *command* while *hold* lasts, then release *lock*: CMD's exit status (None
+    if it was stopped because the hold was lost), and the LockLost if it was."""
+    try:
+        status = await run_until(
+            command, env=env, grace=grace, interrupt=interrupt, until=hold.wait_lost
+        )
+    except OSError as exc:
+        click.echo(f"coord: cannot run {command[0]!r}: {exc.strerror or exc}", err=True)
+        status = NOT_FOUND
+    finally:
+        lost = await release(lock)
+    return status, lost
+
+
+async def who_holds(lock: coord.Mutex | coord.Semaphore) -> str:
+    """Who holds *lock* now (one read), for messages."""
+    holders = await lock.holders()
+    return ", ".join(show_identity(h.identity) for h in holders) or "nobody"

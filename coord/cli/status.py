@@ -1,0 +1,177 @@
+"""``coord status [PREFIX]``: who holds and who waits, for every lock, election and queue."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import click
+
+import coord
+
+from . import _snapshot
+from ._common import Store, run, show_identity, store_options
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from rich.table import Table
+
+__all__ = ["status"]
+
+#: How often --watch re-reads the list of names, to find names that appear (the store
+#: contract has no recursive watch); changes to the names already shown wake it at once.
+RESCAN = 2.0
+
+
+@click.command()
+@click.argument("prefix", default="")
+@click.option("--json", "as_json", is_flag=True, help="JSON for scripts (schema below).")
+@click.option("--watch", is_flag=True, help="Show it again at every change, until Ctrl-C.")
+@store_options
+def status(store: Store, prefix: str, as_json: bool, watch: bool) -> None:
+    """List the mutexes, semaphores, read-write locks, elections and queues at or under
+    PREFIX (default: everything), with who holds and who waits, in order: fence and
+    identity (host, pid, --identity) of each. Neither store records when a key was
+    made in a way coord reads, so how long each has held or waited is not shown.
+
+    --watch re-reads at every change of what is shown (by watching, not polling) and
+    re-reads the list of names every 2 s to find new ones.
+
+    \b
+    --json prints {"version": 1, "prefix": PREFIX, "objects": [...]} (one line per
+    reading with --watch). Each object has "name" and "kind":
+      mutex, semaphore, rwlock, election: "entries", in queue order, each
+        {"key", "fence", "holding": bool, "identity": {"host", "pid", "name"?}},
+        plus "mode" ("read"/"write") in an rwlock, "value" (text) in an election;
+        a semaphore also has "limit";
+      queue: "depth", "in_flight", "parked", "dead", "idle_workers", and "claims":
+        [{"job", "fence", "identity"}].
+    """
+    run(lambda _: _status(store, prefix, as_json=as_json, watch=watch))
+
+
+async def _status(store: Store, prefix: str, *, as_json: bool, watch: bool) -> int:
+    prefix = prefix.strip("/")
+    async with store.connect() as client:
+        if not watch:
+            _print(await _snapshot.read(client, prefix), as_json=as_json)
+            return 0
+        live = _live() if sys.stdout.isatty() and not as_json else None
+        with live or _no_live():
+            while True:
+                snapshot = await _snapshot.read(client, prefix)
+                if live is not None:
+                    live.update(_table(snapshot), refresh=True)
+                else:
+                    _print(snapshot, as_json=as_json, stamp=True)
+                await _changed(client, snapshot)
+
+
+def _print(snapshot: _snapshot.Snapshot, *, as_json: bool, stamp: bool = False) -> None:
+    if as_json:
+        click.echo(json.dumps(snapshot.as_json(), indent=None if stamp else 2))
+    elif sys.stdout.isatty() and snapshot.objects:
+        from rich.console import Console
+
+        Console().print(_table(snapshot))
+    else:
+        if stamp:
+            click.echo(f"--- {time.strftime('%H:%M:%S')}")
+        click.echo("\n".join(_lines(snapshot)) or f"nothing under {snapshot.prefix!r}")
+
+
+def _lines(snapshot: _snapshot.Snapshot) -> Iterator[str]:
+    """Plain text: a line per object, then a line per entry or claim."""
+    for obj in snapshot.objects:
+        if obj["kind"] == "queue":
+            yield (
+                f"queue {obj['name']}: {obj['depth']} jobs, {obj['in_flight']} in flight, "
+                f"{obj['parked']} parked, {obj['dead']} dead, {obj['idle_workers']} idle workers"
+            )
+            for claim in obj["claims"]:
+                yield f"  claims  fence {claim['fence']}  job {claim['job']}  {_who(claim)}"
+            continue
+        limit = f" (limit {obj['limit']})" if "limit" in obj else ""
+        yield f"{obj['kind']} {obj['name']}{limit}"
+        for entry in obj["entries"]:
+            yield f"  {_state(obj, entry):<6}  fence {entry['fence']}  {_who(entry)}"
+
+
+def _state(obj: dict[str, Any], entry: dict[str, Any]) -> str:
+    if obj["kind"] == "election":
+        return "leads" if entry["holding"] else "waits"
+    mode = f"/{entry['mode'][0]}" if "mode" in entry else ""
+    return ("holds" if entry["holding"] else "waits") + mode
+
+
+def _who(entry: dict[str, Any]) -> str:
+    if entry.get("identity"):
+        return show_identity(entry["identity"])
+    return repr(entry["value"]) if "value" in entry else "unknown"
+
+
+def _table(snapshot: _snapshot.Snapshot) -> Table:
+    from rich.table import Table
+
+    title = f"coord status {snapshot.prefix or '(everything)'}"
+    if not snapshot.objects:
+        title += ": nothing"
+    table = Table(title=title, expand=False)
+    for column in ("name", "kind", "state", "fence", "who"):
+        table.add_column(column)
+    for obj in snapshot.objects:
+        if obj["kind"] == "queue":
+            summary = f"{obj['depth']} jobs, {obj['in_flight']} in flight, {obj['dead']} dead"
+            table.add_row(obj["name"], "queue", summary, "", f"{obj['idle_workers']} idle")
+            for claim in obj["claims"]:
+                table.add_row(
+                    "", "", f"claims {claim['job'][:8]}", str(claim["fence"]), _who(claim)
+                )
+            continue
+        for i, entry in enumerate(obj["entries"]):
+            style = "bold green" if entry["holding"] else "yellow"
+            state = f"[{style}]{_state(obj, entry)}[/]"
+            name, kind = (obj["name"], obj["kind"]) if i == 0 else ("", "")
+            table.add_row(name, kind, state, str(entry["fence"]), _who(entry))
+    return table
+
+
+def _live() -> Any:
+    from rich.live import Live
+
+    return Live(auto_refresh=False)
+
+
+def _no_live() -> Any:
+    from contextlib import nullcontext
+
+    return nullcontext()
+
+
+async def _changed(client: coord.Client, snapshot: _snapshot.Snapshot) -> None:
+    """Return at the first change of what *snapshot* shows, or when the names change."""
+    backend = client.backend
+    async with anyio.create_task_group() as tg:
+
+        async def watch(prefix: str, revision: int) -> None:
+            try:
+                async with backend.watch(prefix, revision=revision) as changes:
+                    async for _ in changes:
+                        break
+            except coord.ResyncNeeded:
+                pass
+            tg.cancel_scope.cancel()
+
+        async def rescan() -> None:
+            while True:
+                await anyio.sleep(RESCAN)
+                if await backend.names(snapshot.prefix) != snapshot.names:
+                    tg.cancel_scope.cancel()
+
+        for prefix, revision in snapshot.revisions.items():
+            tg.start_soon(watch, prefix, revision)
+        tg.start_soon(rescan)

@@ -1,0 +1,101 @@
+"""Exit statuses and one-line errors; the spinner on a terminal, and only there."""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+from typing import TYPE_CHECKING
+
+import pytest
+
+import coord
+from coord.testing import free_port
+
+from ._support import Coord, wait_until
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+@pytest.fixture
+def offline(tmp_path: Path) -> Coord:
+    """The command with no store configured at all."""
+    cli = Coord("", tmp_path)
+    cli.env.pop("COORD_URL", None)
+    return cli
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["lock", "job", "--", "true"], "no store given: pass --url or set COORD_URL"),
+        (["status", "--url", "redis://x"], "unknown URL scheme 'redis'"),
+        (["lock", "--url", "memory://", "a//b", "--", "true"], "has an empty segment"),
+        (["lock", "--url", "memory://", "job"], "Missing argument '-- CMD [ARGS]...'"),
+        (["lock", "--url", "memory://", "--grace", "-1", "job", "--", "true"], "--grace"),
+        (["frobnicate"], "No such command 'frobnicate'"),
+    ],
+)
+def test_usage_errors_exit_2(offline: Coord, args: list[str], message: str) -> None:
+    done = offline.run(*args)
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert done.stdout == ""
+
+
+def test_unreachable_store_is_one_line_and_exit_1(offline: Coord) -> None:
+    done = offline.run("status", "--url", f"etcd://127.0.0.1:{free_port()}")
+    assert done.returncode == 1
+    assert done.stderr.startswith("coord: the store cannot be reached: ")
+    assert len(done.stderr.splitlines()) == 1
+
+
+def test_version_and_help(offline: Coord) -> None:
+    assert offline.run("--version").stdout == f"coord, version {coord.__version__}\n"
+    for command in ("lock", "elect", "leader", "status", "dev", "queue", "queue put"):
+        done = offline.run(*command.split(), "--help")
+        assert done.returncode == 0
+        assert done.stdout.startswith(f"Usage: coord {command} ")
+
+
+@pytest.mark.etcd
+def test_spinner_says_what_it_waits_for_on_a_terminal_only(coord_cli: Coord) -> None:
+    ran = coord_cli.cwd / "ran"
+    script = f"touch {ran}; while :; do sleep 0.05; done"
+    holder = coord_cli.start("lock", "--identity", "busy", "job", "--", "sh", "-c", script)
+    wait_until(ran.exists, "the holder")
+
+    piped = coord_cli.start("lock", "job", "--", "true")
+    controller, terminal = pty.openpty()
+    env = {**coord_cli.env, "TERM": "xterm", "COLUMNS": "120"}
+    on_tty = coord_cli.start("lock", "job", "--", "true", stderr=terminal, env=env)
+    os.close(terminal)
+    wait_until(lambda: len(coord_cli.entries("job")) == 3, "both to queue")
+    shown = b""
+    expected = f"waiting for lock job (held by pid {holder.pid}".encode()
+    while expected not in shown:
+        ready, _, _ = select.select([controller], [], [], 10)
+        assert ready, f"no spinner on the terminal: {shown!r}"
+        shown += os.read(controller, 4096)
+
+    holder.send_signal(signal.SIGTERM)
+    assert piped.wait(timeout=10) == 0
+    while on_tty.poll() is None:  # keep reading: a full terminal would block the spinner
+        if select.select([controller], [], [], 0.1)[0]:
+            try:
+                os.read(controller, 4096)
+            except OSError:  # EIO: the terminal's last user closed it
+                break
+    assert on_tty.wait(timeout=10) == 0
+    os.close(controller)
+    assert piped.communicate()[1] == "", "the spinner showed on a pipe"
+
+
+def test_import_coord_does_not_import_the_cli_libraries() -> None:
+    code = "import sys, coord; print(sorted(m for m in ('click', 'rich') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout == "[]\n"
