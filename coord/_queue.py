@@ -92,12 +92,12 @@ class Job:
     """
 
     def __init__(self, hold: ClaimHold, entry: Entry, state: _jobs.State, payload: bytes) -> None:
-        self.id = state.id
-        self.key = state.key
-        self.seq = entry.revision
-        self.attempt = state.attempt
-        self.payload = payload
-        self.fence = hold.fence
+        self.id: str = state.id
+        self.key: str | None = state.key
+        self.seq: int = entry.revision
+        self.attempt: int = state.attempt
+        self.payload: bytes = payload
+        self.fence: int = hold.fence
         self._hold = hold
         self._entry = entry
         self._state = state

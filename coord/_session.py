@@ -132,7 +132,7 @@ class Session(SessionSource, AsyncResource):
     """
 
     def __init__(self, backend: Backend, *, ttl: float = 10.0) -> None:
-        self.identity = identity()
+        self.identity: dict[str, Any] = identity()
         self._ttl = check_ttl(ttl, backend)
         self._backend = backend
         self._lease: Lease | None = None

@@ -71,7 +71,7 @@ class MemoryBackend(Backend):
     """
 
     def __init__(self, store: MemoryStore | None = None) -> None:
-        self.store = store if store is not None else MemoryStore()
+        self.store: MemoryStore = store if store is not None else MemoryStore()
         self._tg: TaskGroup | None = None
         self._granted: list[int] = []
         self._stalled = False

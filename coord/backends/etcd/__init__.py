@@ -78,7 +78,7 @@ class EtcdBackend(Backend):
 
     any_event_loop = False
     #: etcd's own limit (``MaxLeaseTTL``, about 285 years).
-    max_ttl = 9_000_000_000.0
+    max_ttl: float = 9_000_000_000.0
 
     def __init__(
         self,

@@ -66,7 +66,7 @@ class ZooKeeperBackend(FaultHooks, Backend):
     """
 
     #: ZooKeeper sends the session timeout as a signed 32-bit number of milliseconds.
-    max_ttl = (2**31 - 1) / 1000
+    max_ttl: float = (2**31 - 1) / 1000
 
     def __init__(
         self,
