@@ -146,6 +146,9 @@ class _Campaign(TaskLock):
         super().__init__(source, name)
         self._campaign_value = value
 
+    def __repr__(self) -> str:
+        return f"<coord.Election.campaign {self._name!r} value={self._campaign_value!r}>"
+
     def _value(self) -> bytes:
         return self._campaign_value
 

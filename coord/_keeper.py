@@ -27,6 +27,7 @@ from anyio.abc import AsyncResource, TaskGroup
 from . import _retry, _waiters
 from ._exceptions import ClosedError, SessionExpiredError
 from ._session import Session, SessionSource, check_ttl
+from ._stats import Counters
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -81,6 +82,7 @@ class SessionKeeper(SessionSource, AsyncResource):
         if not isinstance(renew, bool):
             raise TypeError(f"renew must be a bool, not {renew!r}")
         self.identity = identity if identity is not None else _waiters.identity()
+        self.counters = Counters()
         self._backend = backend
         self._ttl = check_ttl(ttl, backend)
         self.renews = renew
@@ -106,6 +108,16 @@ class SessionKeeper(SessionSource, AsyncResource):
         if self._current is None:
             raise ClosedError("the client is not open")
         return self._current
+
+    def describe(self) -> str:
+        """The state, for reprs: ``session=<lease id> open``, ``renewing``, ``closed``..."""
+        session = self._current
+        if session is None:
+            return "closed" if self._closing else "not open"
+        state = "closed" if self._closing else "lost" if self._dead else "open"
+        if session.lost and state == "open":
+            state = "renewing"  # between sessions
+        return f"session={session.id:#x} {state}"
 
     def statistics(self) -> SessionStatistics:
         """Counters of this client's sessions. Not a checkpoint."""

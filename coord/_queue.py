@@ -176,6 +176,7 @@ class Queue:
             max_attempts, on_exhausted, float(retry_delay), float(max_retry_delay), self._dead
         )
         self._turn = Mutex(source, f"{name}/_turn")
+        self._turn._counted = False  # the idle workers' turns are not the user's locks
 
     def __repr__(self) -> str:
         return f"<coord.Queue {self._name!r} max_attempts={self._max_attempts}>"
@@ -373,6 +374,9 @@ class _Claiming:
     def __init__(self, queue: Queue) -> None:
         self._queue = queue
         self._job: Job | None = None
+
+    def __repr__(self) -> str:
+        return f"<coord.Queue.claim {self._queue.name!r} job={self._job!r}>"
 
     async def __aenter__(self) -> Job:
         if self._job is not None:

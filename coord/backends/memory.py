@@ -85,6 +85,10 @@ class MemoryBackend(Backend):
             raise ConfigurationError(f"memory:// takes no options, got {sorted(options)}")
         return cls(MemoryStore.named(url.namespace))
 
+    @property
+    def url(self) -> str:
+        return f"memory://{self.store.name}"
+
     async def __aenter__(self) -> MemoryBackend:
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
