@@ -164,13 +164,19 @@ class SessionKeeper(SessionSource, AsyncResource):
         await self._tg.__aenter__()
         try:
             # The first session's failure is raised as itself (tg.start re-raises it).
-            await self._tg.start(self._keep)
+            session = await self._tg.start(self._keep)
         except BaseException:
             self._closing = True
             self._tg.cancel_scope.cancel()
             await self._tg.__aexit__(None, None, None)
             raise
         self._tg.start_soon(self._renew)
+        _log.info(
+            "coord: session %#x opened on %s (ttl %gs)",
+            session.id,
+            self._backend.url,
+            session.lease.ttl,
+        )
         return self
 
     async def __aexit__(
@@ -240,11 +246,13 @@ class SessionKeeper(SessionSource, AsyncResource):
                 return
             self._lost += 1
             _log.warning(
-                "coord: session %#x lost (%s)%s",
+                "coord: session %#x on %s lost (%s)%s",
                 session.id,
+                self._backend.url,
                 session.reason,
                 "; opening a new one" if self.renews else "; not renewing (renew=False)",
             )
+            lost_at = anyio.current_time()
             finished = self._finished.get(session)
             if finished is not None:  # the lease is revoked (or given up) before the next
                 await finished.wait()
@@ -252,9 +260,9 @@ class SessionKeeper(SessionSource, AsyncResource):
                 self._dead = True
                 self._publish()
                 return
-            await self._open_next()
+            await self._open_next(session, lost_at)
 
-    async def _open_next(self) -> None:
+    async def _open_next(self, lost: Session, lost_at: float) -> None:
         assert self._tg is not None
         for attempt in _retry.attempts():
             try:
@@ -265,7 +273,16 @@ class SessionKeeper(SessionSource, AsyncResource):
                 log("coord: opening a new session failed (attempt %d): %s", attempt + 1, exc)
                 await _retry.backoff(attempt, cap=_RENEW_BACKOFF_CAP)
                 continue
-            _log.info("coord: session %#x opened (ttl %gs)", session.id, session.lease.ttl)
+            _log.info(
+                "coord: session %#x opened on %s (ttl %gs), replacing %#x after %.1fs "
+                "(%d failed attempts)",
+                session.id,
+                self._backend.url,
+                session.lease.ttl,
+                lost.id,
+                anyio.current_time() - lost_at,
+                attempt,
+            )
             return
 
 

@@ -101,6 +101,7 @@ class ZooKeeperBackend(FaultHooks, Backend):
             acl=self._options.acl,
             connect_timeout=self._options.connect_timeout,
             on_state=self._policy.notify,
+            url=self._url,
         )
         self._nodes = Nodes(self._conn, self._paths)
         self._queues = Queues(self._conn, self._nodes, self._paths, self._watches)
