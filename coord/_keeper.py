@@ -82,7 +82,7 @@ class SessionKeeper(SessionSource, AsyncResource):
         if not isinstance(renew, bool):
             raise TypeError(f"renew must be a bool, not {renew!r}")
         self.identity = identity if identity is not None else _waiters.identity()
-        self.counters = Counters()
+        self.counters: Counters = Counters()
         self._backend = backend
         self._ttl = check_ttl(ttl, backend)
         self.renews = renew

@@ -206,7 +206,9 @@ class TaskLock:
         claim.hold, claim.depth = hold, 1
         claim.granted_at = now = current_time()
         if self._counted:
-            self._source.counters.acquired(now - started, hold._waited)
+            self._source.counters.acquired(
+                self._what, self._name, hold.fence, now - started, hold._waited
+            )
         if _log.isEnabledFor(logging.DEBUG):
             _log.debug(
                 "coord: %s %r acquired (fence %d) after %.3fs%s",
@@ -261,7 +263,9 @@ class TaskLock:
     def _released(self, hold: Hold, granted_at: float, lost: LockLost | None) -> None:
         held = current_time() - granted_at
         if self._counted:
-            self._source.counters.released(held, lost is not None)
+            self._source.counters.released(
+                self._what, self._name, hold.fence, held, lost is not None
+            )
         if lost is not None:
             _log.warning("coord: %s %s", self._what, lost)  # the name, its fence, and why
         elif _log.isEnabledFor(logging.DEBUG):

@@ -136,7 +136,7 @@ class Session(SessionSource, AsyncResource):
 
     def __init__(self, backend: Backend, *, ttl: float = 10.0) -> None:
         self.identity: dict[str, Any] = identity()
-        self.counters = Counters()
+        self.counters: Counters = Counters()
         self._ttl = check_ttl(ttl, backend)
         self._backend = backend
         self._lease: Lease | None = None

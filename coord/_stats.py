@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass
+from typing import Protocol
 
-__all__ = ["TIME_BUCKETS", "Counters", "Histogram"]
+__all__ = ["TIME_BUCKETS", "Counters", "Histogram", "Observer"]
 
 #: Upper bounds, in seconds, of the wait and hold time buckets; a last bucket takes the
 #: rest (up to infinity).
@@ -76,8 +77,8 @@ class _Recorder:
     __slots__ = ("counts", "sum")
 
     def __init__(self) -> None:
-        self.counts = [0] * (len(TIME_BUCKETS) + 1)
-        self.sum = 0.0
+        self.counts: list[int] = [0] * (len(TIME_BUCKETS) + 1)
+        self.sum: float = 0.0
 
     def add(self, seconds: float) -> None:
         self.counts[bisect_left(TIME_BUCKETS, seconds)] += 1
@@ -86,6 +87,17 @@ class _Recorder:
     def snapshot(self) -> Histogram:
         counts = tuple(self.counts)
         return Histogram(TIME_BUCKETS, counts, sum(counts), self.sum)
+
+
+class Observer(Protocol):
+    """Told of every counted acquire and release, as they happen (:mod:`coord.otel`).
+    Called on the event loop, in the acquiring or releasing task; must not block."""
+
+    def acquired(self, what: str, name: str, fence: int, wait: float, waited: bool) -> None:
+        """A hold of the *what* (``"mutex"``...) *name* was granted after *wait* seconds."""
+
+    def released(self, what: str, name: str, fence: int, held: float, lost: bool) -> None:
+        """That hold ended after *held* seconds; *lost* if it ended lost."""
 
 
 class Counters:
@@ -98,20 +110,26 @@ class Counters:
     :ivar losses: holds that ended lost (:exc:`coord.LockLost` at the release)
     """
 
-    __slots__ = ("acquires", "hold_time", "losses", "wait_time", "waits")
+    __slots__ = ("acquires", "hold_time", "losses", "observers", "wait_time", "waits")
 
     def __init__(self) -> None:
-        self.acquires = 0
-        self.waits = 0
-        self.losses = 0
-        self.wait_time = _Recorder()
-        self.hold_time = _Recorder()
+        self.acquires: int = 0
+        self.waits: int = 0
+        self.losses: int = 0
+        self.wait_time: _Recorder = _Recorder()
+        self.hold_time: _Recorder = _Recorder()
+        #: Told of each event (none unless :mod:`coord.otel` is in use).
+        self.observers: tuple[Observer, ...] = ()
 
-    def acquired(self, wait: float, waited: bool) -> None:
+    def acquired(self, what: str, name: str, fence: int, wait: float, waited: bool) -> None:
         self.acquires += 1
         self.waits += waited
         self.wait_time.add(wait)
+        for observer in self.observers:
+            observer.acquired(what, name, fence, wait, waited)
 
-    def released(self, held: float, lost: bool) -> None:
+    def released(self, what: str, name: str, fence: int, held: float, lost: bool) -> None:
         self.losses += lost
         self.hold_time.add(held)
+        for observer in self.observers:
+            observer.released(what, name, fence, held, lost)
