@@ -252,8 +252,9 @@ class Election:
                         await fn(term)
                     finally:
                         _log.info("coord: %s: stopped leading (term %d)", self._name, term.fence)
-            except LeadershipLost as exc:
-                _log.warning("coord: %s: %s; campaigning again", self._name, exc)
+            except LeadershipLost:
+                # The loss itself, with its fence and why, is the release's WARNING.
+                _log.info("coord: %s: campaigning again after the loss", self._name)
             await anyio.sleep(cooldown)
 
 
