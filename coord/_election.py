@@ -245,6 +245,7 @@ class Election:
         if not (math.isfinite(cooldown) and cooldown >= 0):
             raise ConfigurationError(f"cooldown must be >= 0 seconds, not {cooldown!r}")
         while True:
+            term: Term | None = None
             try:
                 async with self.campaign(value) as term:
                     _log.info("coord: %s: leading (term %d)", self._name, term.fence)
@@ -252,9 +253,12 @@ class Election:
                         await fn(term)
                     finally:
                         _log.info("coord: %s: stopped leading (term %d)", self._name, term.fence)
-            except LeadershipLost:
-                # The loss itself, with its fence and why, is the release's WARNING.
-                _log.info("coord: %s: campaigning again after the loss", self._name)
+            except LeadershipLost as exc:
+                if term is not None and term.lost:
+                    # The release logged the loss (its fence and why) as a WARNING.
+                    _log.info("coord: %s: campaigning again after the loss", self._name)
+                else:  # fn ended the term itself (e.g. a fenced Kafka producer)
+                    _log.warning("coord: %s: %s; campaigning again", self._name, exc)
             await anyio.sleep(cooldown)
 
 
