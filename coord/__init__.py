@@ -45,6 +45,7 @@ from ._queue import QueueStats as QueueStats
 from ._rwlock import RWLock as RWLock
 from ._semaphore import Semaphore as Semaphore
 from ._session import Session as Session
+from ._stats import Histogram as Histogram
 from ._waiters import Waiter as Waiter
 
 __all__ = [
@@ -59,6 +60,7 @@ __all__ = [
     "DeadLetter",
     "Election",
     "EntryGoneError",
+    "Histogram",
     "Hold",
     "Job",
     "JobNotFound",

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from ._session import Session
+    from ._stats import Histogram
     from .abc import Backend
 
 __all__ = ["Client", "ClientStatistics", "connect"]
@@ -43,7 +44,20 @@ class ClientStatistics(SessionStatistics):
     :ivar sessions_lost: sessions lost so far (closing the client does not count)
     :ivar renew_failures: failed attempts to open a new session
     :ivar renews: whether a lost session is followed by a new one
+    :ivar acquires: holds granted: of a mutex, a semaphore, either side of a read-write
+        lock, an election term (re-entering a reentrant mutex is not one)
+    :ivar waits: those acquires that had to wait for someone ahead of them
+    :ivar losses: holds that ended lost (the block raised :exc:`coord.LockLost`)
+    :ivar wait_time: how long acquires took, from the call to the grant
+        (:class:`coord.Histogram`, seconds)
+    :ivar hold_time: how long holds lasted, from the grant to the release
     """
+
+    acquires: int
+    waits: int
+    losses: int
+    wait_time: Histogram
+    hold_time: Histogram
 
 
 class Client(AsyncResource):
@@ -86,12 +100,7 @@ class Client(AsyncResource):
         self._entered = False
 
     def __repr__(self) -> str:
-        name = type(self._backend).__name__
-        try:
-            session = repr(self._keeper.current)
-        except ClosedError:
-            session = "not open"
-        return f"<coord.Client {name} {session}>"
+        return f"<coord.Client {self._backend.url} {self._keeper.describe()}>"
 
     @property
     def backend(self) -> Backend:
@@ -125,9 +134,17 @@ class Client(AsyncResource):
         return self._keeper.changes()
 
     def statistics(self) -> ClientStatistics:
-        """Counters of this client's sessions. Not a checkpoint."""
-        stats = self._keeper.statistics()
-        return ClientStatistics(**stats.__dict__)
+        """Counters of this client's sessions and locks, as a frozen snapshot. Not a
+        checkpoint."""
+        counters = self._keeper.counters
+        return ClientStatistics(
+            **self._keeper.statistics().__dict__,
+            acquires=counters.acquires,
+            waits=counters.waits,
+            losses=counters.losses,
+            wait_time=counters.wait_time.snapshot(),
+            hold_time=counters.hold_time.snapshot(),
+        )
 
     def mutex(
         self, name: str, *, reentrant: bool = False, local_handoff: int | None = None

@@ -116,7 +116,8 @@ class Cohort:
         :raises LockedError: with ``wait=False``, if a task of this client holds it or
             is registering, or (from *turn*) another client holds it
         """
-        if self.busy:
+        queued = self.busy  # behind a task of this client: it waits (or refuses)
+        if queued:
             if not wait:
                 await anyio.lowlevel.checkpoint()
                 raise LockedError(f"{name!r} is taken (by a task of this client)")
@@ -128,6 +129,7 @@ class Cohort:
                 self._give_up(ticket)
                 raise
             if ticket.hold is not None:
+                ticket.hold._waited = True
                 return ticket.hold
         else:
             self.busy = True
@@ -138,7 +140,9 @@ class Cohort:
             raise
         self.key, self.seq, self.handoffs = key, 0, handoffs
         key._follow(partial(self._check_key, key))
-        return CohortHold(key, 0, self)
+        held = CohortHold(key, 0, self)
+        held._waited = key._waited or queued
+        return held
 
     def _check_key(self, key: Hold) -> None:
         """News about *key*: once it is lost, it is this cohort's no more. The next local

@@ -146,6 +146,9 @@ class _Campaign(TaskLock):
         super().__init__(source, name)
         self._campaign_value = value
 
+    def __repr__(self) -> str:
+        return f"<coord.Election.campaign {self._name!r} value={self._campaign_value!r}>"
+
     def _value(self) -> bytes:
         return self._campaign_value
 
@@ -242,6 +245,7 @@ class Election:
         if not (math.isfinite(cooldown) and cooldown >= 0):
             raise ConfigurationError(f"cooldown must be >= 0 seconds, not {cooldown!r}")
         while True:
+            term: Term | None = None
             try:
                 async with self.campaign(value) as term:
                     _log.info("coord: %s: leading (term %d)", self._name, term.fence)
@@ -250,7 +254,11 @@ class Election:
                     finally:
                         _log.info("coord: %s: stopped leading (term %d)", self._name, term.fence)
             except LeadershipLost as exc:
-                _log.warning("coord: %s: %s; campaigning again", self._name, exc)
+                if term is not None and term.lost:
+                    # The release logged the loss (its fence and why) as a WARNING.
+                    _log.info("coord: %s: campaigning again after the loss", self._name)
+                else:  # fn ended the term itself (e.g. a fenced Kafka producer)
+                    _log.warning("coord: %s: %s; campaigning again", self._name, exc)
             await anyio.sleep(cooldown)
 
 

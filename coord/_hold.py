@@ -70,6 +70,8 @@ class Hold:
 
     #: What a loss raises (elections raise LeadershipLost, a LockLost).
     _lost_error: type[LockLost] = LockLost
+    #: Whether its acquire had to wait for someone ahead (for the statistics).
+    _waited = False
 
     def __init__(self, name: str, session: Session, position: Position) -> None:
         entry = position.entry

@@ -27,6 +27,7 @@ from anyio.abc import AsyncResource, TaskGroup
 from . import _retry, _waiters
 from ._exceptions import ClosedError, SessionExpiredError
 from ._session import Session, SessionSource, check_ttl
+from ._stats import Counters
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -81,6 +82,7 @@ class SessionKeeper(SessionSource, AsyncResource):
         if not isinstance(renew, bool):
             raise TypeError(f"renew must be a bool, not {renew!r}")
         self.identity = identity if identity is not None else _waiters.identity()
+        self.counters: Counters = Counters()
         self._backend = backend
         self._ttl = check_ttl(ttl, backend)
         self.renews = renew
@@ -106,6 +108,16 @@ class SessionKeeper(SessionSource, AsyncResource):
         if self._current is None:
             raise ClosedError("the client is not open")
         return self._current
+
+    def describe(self) -> str:
+        """The state, for reprs: ``session=<lease id> open``, ``renewing``, ``closed``..."""
+        session = self._current
+        if session is None:
+            return "closed" if self._closing else "not open"
+        state = "closed" if self._closing else "lost" if self._dead else "open"
+        if session.lost and state == "open":
+            state = "renewing"  # between sessions
+        return f"session={session.id:#x} {state}"
 
     def statistics(self) -> SessionStatistics:
         """Counters of this client's sessions. Not a checkpoint."""
@@ -152,13 +164,19 @@ class SessionKeeper(SessionSource, AsyncResource):
         await self._tg.__aenter__()
         try:
             # The first session's failure is raised as itself (tg.start re-raises it).
-            await self._tg.start(self._keep)
+            session = await self._tg.start(self._keep)
         except BaseException:
             self._closing = True
             self._tg.cancel_scope.cancel()
             await self._tg.__aexit__(None, None, None)
             raise
         self._tg.start_soon(self._renew)
+        _log.info(
+            "coord: session %#x opened on %s (ttl %gs)",
+            session.id,
+            self._backend.url,
+            session.lease.ttl,
+        )
         return self
 
     async def __aexit__(
@@ -228,11 +246,13 @@ class SessionKeeper(SessionSource, AsyncResource):
                 return
             self._lost += 1
             _log.warning(
-                "coord: session %#x lost (%s)%s",
+                "coord: session %#x on %s lost (%s)%s",
                 session.id,
+                self._backend.url,
                 session.reason,
                 "; opening a new one" if self.renews else "; not renewing (renew=False)",
             )
+            lost_at = anyio.current_time()
             finished = self._finished.get(session)
             if finished is not None:  # the lease is revoked (or given up) before the next
                 await finished.wait()
@@ -240,9 +260,9 @@ class SessionKeeper(SessionSource, AsyncResource):
                 self._dead = True
                 self._publish()
                 return
-            await self._open_next()
+            await self._open_next(session, lost_at)
 
-    async def _open_next(self) -> None:
+    async def _open_next(self, lost: Session, lost_at: float) -> None:
         assert self._tg is not None
         for attempt in _retry.attempts():
             try:
@@ -253,7 +273,16 @@ class SessionKeeper(SessionSource, AsyncResource):
                 log("coord: opening a new session failed (attempt %d): %s", attempt + 1, exc)
                 await _retry.backoff(attempt, cap=_RENEW_BACKOFF_CAP)
                 continue
-            _log.info("coord: session %#x opened (ttl %gs)", session.id, session.lease.ttl)
+            _log.info(
+                "coord: session %#x opened on %s (ttl %gs), replacing %#x after %.1fs "
+                "(%d failed attempts)",
+                session.id,
+                self._backend.url,
+                session.lease.ttl,
+                lost.id,
+                anyio.current_time() - lost_at,
+                attempt,
+            )
             return
 
 

@@ -10,14 +10,16 @@ itself forever; or, for a mutex made with ``reentrant=True``, enters again.
 from __future__ import annotations
 
 import json
+import logging
 import weakref
 from dataclasses import dataclass, field
+from time import monotonic
 from typing import TYPE_CHECKING
 
 from anyio import get_current_task
 
 from . import _keys
-from ._exceptions import LockedError, NotOwnerError
+from ._exceptions import LockedError, LockLost, NotOwnerError
 from ._hold import Hold
 from ._turns import EXCLUSIVE, Rule, try_turn, wait_turn
 from ._waiters import Waiter
@@ -31,6 +33,8 @@ if TYPE_CHECKING:
 
 __all__ = ["TaskLock"]
 
+_log = logging.getLogger("coord")
+
 
 @dataclass
 class _Claim:
@@ -43,6 +47,9 @@ class _Claim:
     #: (the first one while no scope is open), so that the block that opened it closes
     #: it, however acquire() and release() are interleaved with the blocks.
     blocks: list[bool] = field(default_factory=list)
+    #: When the hold was granted (``time.monotonic``: a fiftieth of the cost of anyio's
+    #: clock, and real time even under a test's mock clock), for the hold time.
+    granted_at: float = 0.0
 
 
 # Per session source (one client), per (prefix, task id): the claim.
@@ -70,10 +77,15 @@ class TaskLock:
     def name(self) -> str:
         return self._name
 
+    def __repr__(self) -> str:
+        return f"<coord.{type(self).__name__} {self._name!r} held here={len(self._held())}>"
+
     # -- what subclasses decide -----------------------------------------------------------
 
     _rule: Rule = EXCLUSIVE
     _hold_type: type[Hold] = Hold
+    #: Whether its acquires count in the client's statistics (not a queue's own turns).
+    _counted = True
 
     def _value(self) -> bytes:
         """The value of my waiter key: who I am (and what the recipe needs to record)."""
@@ -185,6 +197,7 @@ class TaskLock:
         key = (self._prefix, get_current_task().id)
         claim = claims[key] = _Claim(self)
         self._waiting += 1
+        started = monotonic()
         try:
             hold = await self._turn(wait=wait)
         except BaseException:
@@ -193,6 +206,20 @@ class TaskLock:
         finally:
             self._waiting -= 1
         claim.hold, claim.depth = hold, 1
+        claim.granted_at = now = monotonic()
+        if self._counted:
+            self._source.counters.acquired(
+                self._what, self._name, hold.fence, now - started, hold._waited
+            )
+        if _log.isEnabledFor(logging.DEBUG):
+            _log.debug(
+                "coord: %s %r acquired (fence %d) after %.3fs%s",
+                self._what,
+                self._name,
+                hold.fence,
+                now - started,
+                " of waiting" if hold._waited else "",
+            )
         return hold
 
     async def _turn(self, *, wait: bool) -> Hold:
@@ -227,7 +254,25 @@ class TaskLock:
         if claim.depth > 0:
             return
         self._claims().pop((self._prefix, get_current_task().id), None)
-        await claim.hold._end()
+        hold = claim.hold
+        try:
+            await hold._end()
+        except LockLost as exc:
+            self._released(hold, claim.granted_at, exc)
+            raise
+        self._released(hold, claim.granted_at, None)
+
+    def _released(self, hold: Hold, granted_at: float, lost: LockLost | None) -> None:
+        held = monotonic() - granted_at
+        if self._counted:
+            self._source.counters.released(
+                self._what, self._name, hold.fence, held, lost is not None
+            )
+        if lost is not None:
+            _log.warning("coord: %s %s", self._what, lost)  # the name, its fence, and why
+        elif _log.isEnabledFor(logging.DEBUG):
+            what, name = self._what, self._name
+            _log.debug("coord: %s %r released (fence %d) after %.3fs", what, name, hold.fence, held)
 
     async def __aenter__(self) -> Hold:
         hold = await self.acquire()

@@ -92,12 +92,12 @@ class Job:
     """
 
     def __init__(self, hold: ClaimHold, entry: Entry, state: _jobs.State, payload: bytes) -> None:
-        self.id = state.id
-        self.key = state.key
-        self.seq = entry.revision
-        self.attempt = state.attempt
-        self.payload = payload
-        self.fence = hold.fence
+        self.id: str = state.id
+        self.key: str | None = state.key
+        self.seq: int = entry.revision
+        self.attempt: int = state.attempt
+        self.payload: bytes = payload
+        self.fence: int = hold.fence
         self._hold = hold
         self._entry = entry
         self._state = state
@@ -176,6 +176,7 @@ class Queue:
             max_attempts, on_exhausted, float(retry_delay), float(max_retry_delay), self._dead
         )
         self._turn = Mutex(source, f"{name}/_turn")
+        self._turn._counted = False  # the idle workers' turns are not the user's locks
 
     def __repr__(self) -> str:
         return f"<coord.Queue {self._name!r} max_attempts={self._max_attempts}>"
@@ -373,6 +374,9 @@ class _Claiming:
     def __init__(self, queue: Queue) -> None:
         self._queue = queue
         self._job: Job | None = None
+
+    def __repr__(self) -> str:
+        return f"<coord.Queue.claim {self._queue.name!r} job={self._job!r}>"
 
     async def __aenter__(self) -> Job:
         if self._job is not None:

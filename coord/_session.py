@@ -33,6 +33,7 @@ from ._exceptions import (
     EntryGoneError,
     SessionExpiredError,
 )
+from ._stats import Counters
 from ._waiters import identity
 from .abc import Entry
 
@@ -83,6 +84,8 @@ class SessionSource(ABC):
     renews: bool = False
     #: Who this client is, recorded in its waiter keys (host, pid, name).
     identity: dict[str, Any]
+    #: What the locks on these sessions did (see :meth:`coord.Client.statistics`).
+    counters: Counters
 
     @property
     @abstractmethod
@@ -133,7 +136,8 @@ class Session(SessionSource, AsyncResource):
     """
 
     def __init__(self, backend: Backend, *, ttl: float = 10.0) -> None:
-        self.identity = identity()
+        self.identity: dict[str, Any] = identity()
+        self.counters: Counters = Counters()
         self._ttl = check_ttl(ttl, backend)
         self._backend = backend
         self._lease: Lease | None = None

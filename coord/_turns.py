@@ -133,6 +133,7 @@ async def _queue(
                 blockers = rule.blockers(position)
                 if not blockers and not session.lease.interrupted:
                     break
+                hold._waited = True
                 if not blockers:  # interrupted: grant nothing until it resumes
                     await session.lease.wait_resumed()
                 else:

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from urllib.parse import unquote
+from typing import TYPE_CHECKING
+from urllib.parse import quote, unquote
 
 from ._exceptions import ConfigurationError
 from ._keys import check_name
 
-__all__ = ["SCHEMES", "ParsedURL", "parse_url"]
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = ["SCHEMES", "ParsedURL", "format_url", "parse_url"]
 
 #: scheme -> (module, class); modules are imported lazily, only when used.
 SCHEMES = {
@@ -93,6 +97,19 @@ def _parse_host(text: str, scheme: str, url: str) -> tuple[str, int]:
     if not 0 < port < 65536:
         raise ConfigurationError(f"{_redact(url)}: port {port} is out of range")
     return host, port
+
+
+def format_url(
+    scheme: str,
+    hosts: Sequence[tuple[str, int]],
+    namespace: str = "",
+    username: str | None = None,
+) -> str:
+    """The URL of a store, for reprs and logs: the user name but never a password
+    (``***`` stands for it)."""
+    user = f"{quote(username, safe='')}:***@" if username else ""
+    where = ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in hosts)
+    return f"{scheme}://{user}{where}" + (f"/{namespace.strip('/')}" if namespace else "")
 
 
 def _redact(url: str) -> str:

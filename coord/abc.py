@@ -260,6 +260,15 @@ class Backend(AsyncResource):
     #: ``jute.maxbuffer`` 1 MiB per request).
     max_value_size: int = 1_000_000
 
+    @property
+    def url(self) -> str:
+        """Where this backend connects, as a URL with any password masked (for reprs and
+        logs: never a secret)."""
+        return f"{type(self).__name__.removesuffix('Backend').lower()}://"
+
+    def __repr__(self) -> str:
+        return f"<coord.{type(self).__name__} {self.url}>"
+
     @abstractmethod
     async def grant(self, ttl: float) -> Lease:
         """Create a lease of about *ttl* seconds and keep it alive until revoked or lost.

@@ -131,7 +131,7 @@ class Dispatcher:
         who = client.identity
         self._leader = "/".join(str(who[k]) for k in ("host", "pid", "name") if k in who)
         #: Records published by this process (for tests and statistics).
-        self.published = 0
+        self.published: int = 0
 
     def __repr__(self) -> str:
         return f"<coord.kafka.Dispatcher {self._name!r} topic={self._topic!r}>"

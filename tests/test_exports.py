@@ -18,7 +18,7 @@ def test_every_export_exists_and_lives_in_coord() -> None:
 def test_exports_are_exactly_the_public_names() -> None:
     # (pytest's assertion rewriting adds "@py_..." names to the plugin's package)
     public = {n for n in dir(coord) if n[0] not in "_@" and n != "annotations"}
-    modules = {"abc", "backends", "cli", "kafka", "testing"}
+    modules = {"abc", "backends", "cli", "kafka", "otel", "testing"}
     assert set(coord.__all__) == public - modules
 
 

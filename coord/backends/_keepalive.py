@@ -35,7 +35,7 @@ __all__ = ["KeptAliveLease"]
 # After a failed refresh, retry this soon (capped by the regular interval): a store that
 # comes back within the TTL must see a refresh before the lease runs out.
 RETRY_DELAY = 0.25
-_log = logging.getLogger("coord.lease")
+_log = logging.getLogger("coord.backends.lease")
 
 
 class KeptAliveLease(Lease):
@@ -51,6 +51,7 @@ class KeptAliveLease(Lease):
         self._lost = anyio.Event()
         self._scope = anyio.CancelScope()
         self._gone = False  # the store said the lease no longer exists
+        self._why_failed = "?"  # why the last refresh failed (for the log)
         #: Why the lease was lost (None while it is not).
         self.reason: str | None = None
 
@@ -135,6 +136,7 @@ class KeptAliveLease(Lease):
         # refreshed at once), and again every RETRY_DELAY while refreshes fail.
         interval = self._ttl / 3
         next_send = self._deadline - self._ttl + interval
+        failed = 0  # refreshes that failed in a row: one WARNING at the first, one INFO after
         while True:
             await anyio.sleep(max(next_send - anyio.current_time(), 0))
             sent = anyio.current_time()
@@ -144,6 +146,14 @@ class KeptAliveLease(Lease):
             next_send = sent + min(interval, RETRY_DELAY)
             granted = await self._refresh_once(min(interval, self._deadline - sent))
             if granted is None:
+                failed += 1
+                if failed == 1:
+                    _log.warning(
+                        "coord: lease %#x: a keepalive failed (%s); retrying (%.1fs left)",
+                        self._id,
+                        self._why_failed,
+                        self._deadline - anyio.current_time(),
+                    )
                 continue
             if granted <= 0:
                 self._gone = True
@@ -156,13 +166,17 @@ class KeptAliveLease(Lease):
                 return
             self._deadline = max(self._deadline, sent + granted)
             next_send = sent + interval
+            if failed:
+                _log.info("coord: lease %#x renewed after %d failed keepalives", self._id, failed)
+                failed = 0
 
     async def _refresh_once(self, limit: float) -> float | None:
         """One refresh within *limit* seconds; None if it failed or got no answer in time."""
         with anyio.move_on_after(limit) as scope:
             try:
                 return await self._refresh()
-            except BackendError:
+            except BackendError as exc:
+                self._why_failed = str(exc) or type(exc).__name__
                 return None
             except Exception:
                 # A bug, but this task lives in the backend's task group: a keepalive
@@ -170,6 +184,7 @@ class KeptAliveLease(Lease):
                 _log.exception("coord: lease %#x keepalive failed", self._id)
                 return None
         if scope.cancelled_caught:
+            self._why_failed = f"no answer in {limit:.1f}s"
             try:
                 await self._unanswered()
             except Exception:

@@ -43,7 +43,7 @@ class MemoryStore:
 
     def __init__(self, name: str = "") -> None:
         self.name = name
-        self.revision = 1
+        self.revision: int = 1
         self._kv: dict[str, Entry] = {}
         self._leases: dict[int, _LeaseRecord] = {}
         self._lease_ids = itertools.count(0x1000)
@@ -54,10 +54,10 @@ class MemoryStore:
         self._history: deque[Change] = deque(maxlen=10_000)
         #: The revision of the newest change no longer kept (a watch from before it
         #: raises ResyncNeeded, like a watch from a compacted revision on etcd).
-        self.compacted = 0
+        self.compacted: int = 0
         self._users = 0
         #: Statistics for tests: how many delete notifications were delivered.
-        self.wakeups = 0
+        self.wakeups: int = 0
 
     # -- registry -------------------------------------------------------------------------
 

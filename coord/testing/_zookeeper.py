@@ -111,8 +111,9 @@ class ZooKeeperServer(_Process):
                 "zookeeper; it brings Java) or set COORD_ZOOKEEPER_JAR / COORD_ZOOKEEPER_JAVA"
             )
         super().__init__(directory)
-        self.java, self.jar = str(found_java), str(found_jar)
-        self.port = free_port()
+        self.java: str = str(found_java)
+        self.jar: str = str(found_jar)
+        self.port: int = free_port()
         self.tick_ms = tick_ms
         self.max_session_timeout_ms = max_session_timeout_ms
         self.container_check_ms = container_check_ms
@@ -214,7 +215,7 @@ class ZooKeeperEnsemble(_Cluster["ZooKeeperServer"]):
 
     def __init__(self, size: int = 3, **options: Any) -> None:
         ports = {i: (free_port(), free_port()) for i in range(1, size + 1)}
-        self.members = [
+        self.members: list[ZooKeeperServer] = [
             ZooKeeperServer(quorum=Quorum(i, ports), **options) for i in range(1, size + 1)
         ]
 

@@ -187,7 +187,9 @@ async def test_loss_and_renewal_are_logged(caplog: pytest.LogCaptureFixture) -> 
     lost = [r for r in caplog.records if r.levelno == logging.WARNING]
     opened = [r for r in caplog.records if r.levelno == logging.INFO]
     assert len(lost) == 1
-    assert f"{first.id:#x} lost" in lost[0].getMessage()
+    assert f"{first.id:#x} on memory:// lost" in lost[0].getMessage()
     assert "opening a new one" in lost[0].getMessage()
-    assert len(opened) == 1
-    assert f"{session.id:#x} opened" in opened[0].getMessage()
+    assert len(opened) == 2  # the first session, then its replacement
+    assert f"{first.id:#x} opened on memory:// (ttl 6s)" in opened[0].getMessage()
+    assert f"{session.id:#x} opened" in opened[1].getMessage()
+    assert f"replacing {first.id:#x}" in opened[1].getMessage()

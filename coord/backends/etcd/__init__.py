@@ -30,6 +30,7 @@ from aetcd import rpc
 from ... import _keys
 from ..._exceptions import ConfigurationError, EntryGoneError
 from ..._keys import WAITER_MARK
+from ..._url import format_url
 from ...abc import Backend, Change, Check, Create, Entry, Lease, Listing, Position, Put, Update
 from .._probe import fail_if_all_refuse
 from .._txn import check_ops, check_value
@@ -78,7 +79,7 @@ class EtcdBackend(Backend):
 
     any_event_loop = False
     #: etcd's own limit (``MaxLeaseTTL``, about 285 years).
-    max_ttl = 9_000_000_000.0
+    max_ttl: float = 9_000_000_000.0
 
     def __init__(
         self,
@@ -105,6 +106,7 @@ class EtcdBackend(Backend):
             request_timeout=float(request_timeout),
         )
         self._root = (namespace.strip("/") + "/").encode() if namespace else b""
+        self._url = format_url("etcd", endpoints, namespace, username)
         self._watches = WatchStream(self._conn)
         self._tg: TaskGroup | None = None
 
@@ -124,6 +126,10 @@ class EtcdBackend(Backend):
             password=url.password,
             **options,
         )
+
+    @property
+    def url(self) -> str:
+        return self._url
 
     async def __aenter__(self) -> EtcdBackend:
         try:

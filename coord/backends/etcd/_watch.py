@@ -33,7 +33,7 @@ __all__ = ["Watch", "WatchCompacted", "WatchStream"]
 _BACKOFF = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0)
 # A stream that lived this long before it broke was healthy: reconnect at once.
 _HEALTHY = 5.0
-_log = logging.getLogger("coord.etcd")
+_log = logging.getLogger("coord.backends.etcd")
 _NOPUT = rpc.WatchCreateRequest.FilterType.Value("NOPUT")
 
 

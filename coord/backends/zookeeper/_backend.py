@@ -11,6 +11,7 @@ from kazoo.protocol.states import KazooState
 from ... import _keys
 from ..._exceptions import ClosedError, ConfigurationError, SessionExpiredError
 from ..._session import check_ttl
+from ..._url import format_url
 from ...abc import Backend, Change, Entry, Lease, Listing, Position
 from .._txn import check_ops, check_value
 from ._bridge import Bridge
@@ -66,7 +67,7 @@ class ZooKeeperBackend(FaultHooks, Backend):
     """
 
     #: ZooKeeper sends the session timeout as a signed 32-bit number of milliseconds.
-    max_ttl = (2**31 - 1) / 1000
+    max_ttl: float = (2**31 - 1) / 1000
 
     def __init__(
         self,
@@ -83,6 +84,7 @@ class ZooKeeperBackend(FaultHooks, Backend):
             auth=auth, acl=acl, suspended_is_lost=suspended_is_lost, connect_timeout=connect_timeout
         )
         self._paths = Paths(namespace)
+        self._url = format_url("zk", self._hosts, namespace, auth[0] if auth else None)
         self._bridge = Bridge()
         self._watches = WatchRegistry(self._bridge)
         self._policy = SessionPolicy(
@@ -99,6 +101,7 @@ class ZooKeeperBackend(FaultHooks, Backend):
             acl=self._options.acl,
             connect_timeout=self._options.connect_timeout,
             on_state=self._policy.notify,
+            url=self._url,
         )
         self._nodes = Nodes(self._conn, self._paths)
         self._queues = Queues(self._conn, self._nodes, self._paths, self._watches)
@@ -113,6 +116,10 @@ class ZooKeeperBackend(FaultHooks, Backend):
         """Build from a parsed ``zk://[user:password@]host:port,...[/chroot]`` URL and
         keyword options, checked here. Credentials in the URL are digest auth."""
         return cls(url.hosts, namespace=url.namespace, **url_options(url, options))
+
+    @property
+    def url(self) -> str:
+        return self._url
 
     @property
     def suspended_is_lost(self) -> bool:

@@ -37,6 +37,7 @@ from ..._exceptions import (
 from .._probe import fail_if_all_refuse
 from ._errors import ANSWERS, translate
 from ._kazoo import watch_negotiated_timeout
+from ._kazoo_log import KazooLog, Outages
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -58,6 +59,8 @@ class Connection:
     :param connect_timeout: how long :meth:`open` waits for a first connection
     :param on_state: called on the event loop as ``on_state(client, state, session_id)``
         for kazoo's CONNECTED / SUSPENDED / LOST transitions
+    :param url: the store's URL without secrets, for the log (kazoo's connection chatter
+        is folded into coord's lines: see :mod:`._kazoo_log`)
     """
 
     def __init__(
@@ -70,8 +73,10 @@ class Connection:
         acl: Sequence[Any],
         connect_timeout: float,
         on_state: Callable[[Any, str, int], None],
+        url: str = "zk://",
     ) -> None:
         self._bridge = bridge
+        self.outages = Outages(url)
         self.hosts = hosts
         self._connect_hosts = connect_hosts
         self._auth_data = list(auth_data)
@@ -154,6 +159,7 @@ class Connection:
             timeout=timeout,
             auth_data=self._auth_data or None,
             default_acl=self.acl,
+            logger=KazooLog(self.outages),
             # Reconnect at least every second: kazoo's default backoff grows to an hour.
             connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_jitter=0.5, max_delay=1.0),
         )
@@ -216,6 +222,8 @@ class Connection:
     @staticmethod
     async def _stop(client: Any) -> None:
         def stop() -> None:
+            if isinstance(client.logger, KazooLog):
+                client.logger.stopping()
             try:
                 client.stop()
                 client.close()

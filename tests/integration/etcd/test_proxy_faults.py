@@ -1,8 +1,10 @@
 """Faults between one client and etcd, injected with coord.testing.TcpProxy: replies that
-come back too late (a lost registration reply), a client cut off from the store."""
+come back too late (a lost registration reply), a client cut off from the store; and what
+an outage logs (one line when it starts, one when it ends, not one per attempt)."""
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 import anyio
@@ -119,3 +121,26 @@ async def test_a_holder_stalled_past_its_ttl_gets_lock_lost(
     await holder_stalled_past_its_ttl(
         f"etcd://{proxy.endpoint}/{namespace}", f"{etcd_server.url}/{namespace}", proxy
     )
+
+
+async def test_an_outage_shorter_than_the_ttl_logs_two_lines(
+    proxy: TcpProxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="coord")
+    async with coord.connect(f"etcd://{proxy.endpoint}/{fresh_namespace()}", ttl=6) as client:
+        lease = client.session.id
+        caplog.clear()
+        proxy.refuse()
+        proxy.reset()
+        await anyio.sleep(3)  # keepalives are retried every 0.25 s meanwhile
+        proxy.heal()
+        await anyio.sleep(2.5)  # the next retry gets through (gRPC reconnects at once)
+        assert not client.session.lost
+    lines = [f"{r.levelname} {r.getMessage()}" for r in caplog.records if r.levelno >= logging.INFO]
+    failed = [line for line in lines if "keepalive failed" in line]
+    assert len(failed) == 1, lines
+    assert failed[0].startswith(f"WARNING coord: lease {lease:#x}: a keepalive failed ("), lines
+    (renewed,) = [line for line in lines if "renewed after" in line]
+    count = int(renewed.split("after ")[1].split()[0])
+    assert count >= 5, renewed  # attempts folded into the two lines
+    assert len(lines) <= 4, lines
