@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import click
 
 import coord
@@ -17,7 +19,13 @@ __all__ = ["cli", "main"]
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(coord.__version__, prog_name="coord")
-def cli() -> None:
+@click.option(
+    "-v",
+    "--verbose",
+    count=True,
+    help="Log coord's sessions and losses to stderr (-v); also each acquire and release (-vv).",
+)
+def cli(verbose: int) -> None:
     """coord at the shell: locks, leader election, who holds what, job queues, and a
     local etcd and ZooKeeper for trying it all.
 
@@ -34,6 +42,20 @@ def cli() -> None:
     Exit status: the wrapped command's, 1 for a failure (one line on stderr), 2 for a
     usage error, 128+N after signal N.
     """
+    _log_to_stderr(verbose)
+
+
+def _log_to_stderr(verbose: int) -> None:
+    """Without -v, coord's log lines stay silent: the commands say what matters in their
+    own one line (Python would otherwise print every WARNING, doubling it)."""
+    logger = logging.getLogger("coord")
+    if not verbose:
+        logger.addHandler(logging.NullHandler())
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO if verbose == 1 else logging.DEBUG)
 
 
 for _command in (dev, elect, leader, lock, queue, status):

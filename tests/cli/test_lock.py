@@ -112,6 +112,19 @@ def test_lost_lock_stops_the_command(coord_cli: Coord) -> None:
     assert len(err.splitlines()) == 1
 
 
+def test_verbose_logs_sessions_then_acquires(coord_cli: Coord) -> None:
+    quiet = coord_cli.run("lock", "job", "--", "true")
+    assert (quiet.returncode, quiet.stderr) == (0, "")
+    info = coord_cli.run("-v", "lock", "job", "--", "true")
+    assert info.returncode == 0
+    assert "session 0x" in info.stderr
+    assert "opened" in info.stderr
+    assert "acquired" not in info.stderr
+    debug = coord_cli.run("-vv", "lock", "job", "--", "true")
+    assert "mutex 'job' acquired (fence" in debug.stderr, debug.stderr
+    assert "mutex 'job' released (fence" in debug.stderr
+
+
 @pytest.mark.etcd
 def test_interrupt_is_forwarded_then_a_deaf_command_is_killed(coord_cli: Coord) -> None:
     pid_file = coord_cli.cwd / "pid"

@@ -414,8 +414,10 @@ class EtcdBackend(Backend):
         return Listing(tuple(self._entry(kv) for kv in reply.kvs), reply.header.revision)
 
     async def names(self, prefix: str = "") -> list[str]:
-        start = self._key(prefix) if prefix else self._root or b"\0"
-        request = rpc.RangeRequest(key=start, range_end=range_end(start), keys_only=True)
+        start = self._key(prefix) if prefix else self._root
+        # No prefix and no namespace: the whole keyspace, which etcd spells "\0" to "\0".
+        start, end = (start, range_end(start)) if start else (b"\0", b"\0")
+        request = rpc.RangeRequest(key=start, range_end=end, keys_only=True)
         reply = await self._conn.call("list", lambda c: c.kv.Range, request)
         keys = (bytes(kv.key)[len(self._root) :].decode() for kv in reply.kvs)
         return _keys.names_of(keys, prefix)
