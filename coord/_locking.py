@@ -9,7 +9,6 @@ itself forever; or, for a mutex made with ``reentrant=True``, enters again.
 
 from __future__ import annotations
 
-import json
 import logging
 import weakref
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ from . import _keys
 from ._exceptions import LockedError, LockLost, NotOwnerError
 from ._hold import Hold
 from ._turns import EXCLUSIVE, Rule, try_turn, wait_turn
-from ._waiters import Waiter
+from ._waiters import Waiter, waiter_value
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -89,7 +88,7 @@ class TaskLock:
 
     def _value(self) -> bytes:
         """The value of my waiter key: who I am (and what the recipe needs to record)."""
-        return json.dumps(self._source.identity, separators=(",", ":")).encode()
+        return waiter_value(self._source.identity)
 
     def _rule_for(self, entry: Entry) -> Rule:
         """The rule of the recipe side that registered *entry* (a read-write lock's

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from ._exceptions import ConfigurationError
 from ._locking import TaskLock
 from ._turns import Rule
+from ._waiters import waiter_value
 
 if TYPE_CHECKING:
     from ._session import SessionSource
@@ -73,8 +74,7 @@ class Semaphore(TaskLock):
         return f"<coord.Semaphore {self._name!r} limit={self._limit} held here={len(self._held())}>"
 
     def _value(self) -> bytes:
-        who = {**self._source.identity, "limit": self._limit}
-        return json.dumps(who, separators=(",", ":")).encode()
+        return waiter_value(self._source.identity, limit=self._limit)
 
     def _check(self, position: Position) -> None:
         for entry in position.ahead:

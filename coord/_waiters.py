@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,7 @@ from ._hold import fence_of
 if TYPE_CHECKING:
     from .abc import Entry
 
-__all__ = ["Waiter", "check_identity", "identity", "parse_identity"]
+__all__ = ["Waiter", "check_identity", "identity", "parse_identity", "waiter_value"]
 
 MAX_IDENTITY_LENGTH = 128
 
@@ -46,6 +47,14 @@ def identity(name: str | None = None) -> dict[str, Any]:
     return who
 
 
+def waiter_value(who: dict[str, Any], **extra: Any) -> bytes:
+    """The value of a new waiter key: *who* registers it (and *extra*, what the recipe
+    records), and ``since``, the wall-clock time of the registration (Unix seconds), so
+    that tools can show how long each has waited or held."""
+    record = {**who, **extra, "since": round(time.time(), 3)}
+    return json.dumps(record, separators=(",", ":")).encode()
+
+
 def parse_identity(value: bytes) -> dict[str, Any]:
     """The identity recorded in a waiter key's value; empty if it records none."""
     try:
@@ -66,13 +75,20 @@ class Waiter:
     :ivar holding: whether it holds (its turn has come), else it waits
     :ivar identity: who registered it: ``host``, ``pid``, ``name`` (when the client was
         given one); empty for keys written by something else
+    :ivar since: when it registered (Unix seconds, the registering machine's clock), or
+        None if the key does not say
     """
 
     key: str
     fence: int
     holding: bool
     identity: dict[str, Any] = field(default_factory=dict, compare=False)
+    since: float | None = field(default=None, compare=False)
 
     @classmethod
     def _of(cls, entry: Entry, holding: bool) -> Waiter:
-        return cls(entry.key, fence_of(entry.revision), holding, parse_identity(entry.value))
+        who = parse_identity(entry.value)
+        since = who.pop("since", None)
+        if not isinstance(since, (int, float)) or isinstance(since, bool):
+            since = None
+        return cls(entry.key, fence_of(entry.revision), holding, who, since)

@@ -74,6 +74,7 @@ async def _lock(client: coord.Client, name: str, revisions: dict[str, int]) -> d
             "fence": waiter.fence,
             "holding": waiter.holding,
             "identity": identity_in(waiter.identity),
+            "since": waiter.since,
         }
         if kind == "rwlock":
             reader = waiter.key.rpartition("/")[2].startswith(WAITER_MARK + "r")

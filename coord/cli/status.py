@@ -35,8 +35,9 @@ RESCAN = 2.0
 def status(store: Store, prefix: str, as_json: bool, watch: bool) -> None:
     """List the mutexes, semaphores, read-write locks, elections and queues at or under
     PREFIX (default: everything), with who holds and who waits, in order: fence and
-    identity (host, pid, --identity) of each. Neither store records when a key was
-    made in a way coord reads, so how long each has held or waited is not shown.
+    identity (host, pid, --identity) of each, and how long ago it registered (for a
+    waiter, how long it has waited; for a holder, its wait and its hold so far: the
+    store does not record the grant), by the registering machine's clock.
 
     --watch re-reads at every change of what is shown (by watching, not polling) and
     re-reads the list of names every 2 s to find new ones.
@@ -45,7 +46,8 @@ def status(store: Store, prefix: str, as_json: bool, watch: bool) -> None:
     --json prints {"version": 1, "prefix": PREFIX, "objects": [...]} (one line per
     reading with --watch). Each object has "name" and "kind":
       mutex, semaphore, rwlock, election: "entries", in queue order, each
-        {"key", "fence", "holding": bool, "identity": {"host", "pid", "name"?}},
+        {"key", "fence", "holding": bool, "identity": {"host", "pid", "name"?},
+        "since": Unix time of the registration, or null},
         plus "mode" ("read"/"write") in an rwlock, "value" (text) in an election;
         a semaphore also has "limit";
       queue: "depth", "in_flight", "parked", "dead", "idle_workers", and "claims":
@@ -98,7 +100,9 @@ def _lines(snapshot: _snapshot.Snapshot) -> Iterator[str]:
         limit = f" (limit {obj['limit']})" if "limit" in obj else ""
         yield f"{obj['kind']} {obj['name']}{limit}"
         for entry in obj["entries"]:
-            yield f"  {_state(obj, entry):<6}  fence {entry['fence']}  {_who(entry)}"
+            age = _age(entry)
+            age = f"  (registered {age} ago)" if age else ""
+            yield f"  {_state(obj, entry):<6}  fence {entry['fence']}  {_who(entry)}{age}"
 
 
 def _state(obj: dict[str, Any], entry: dict[str, Any]) -> str:
@@ -106,6 +110,18 @@ def _state(obj: dict[str, Any], entry: dict[str, Any]) -> str:
         return "leads" if entry["holding"] else "waits"
     mode = f"/{entry['mode'][0]}" if "mode" in entry else ""
     return ("holds" if entry["holding"] else "waits") + mode
+
+
+def _age(entry: dict[str, Any]) -> str:
+    """How long ago the entry registered, e.g. ``4.2s`` or ``3m05s``; "" if unknown."""
+    since = entry.get("since")
+    if since is None:
+        return ""
+    seconds = max(time.time() - since, 0.0)
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, seconds = divmod(int(seconds), 60)
+    return f"{minutes}m{seconds:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
 
 
 def _who(entry: dict[str, Any]) -> str:
@@ -121,22 +137,23 @@ def _table(snapshot: _snapshot.Snapshot) -> Table:
     if not snapshot.objects:
         title += ": nothing"
     table = Table(title=title, expand=False)
-    for column in ("name", "kind", "state", "fence", "who"):
+    for column in ("name", "kind", "state", "fence", "who", "registered"):
         table.add_column(column)
     for obj in snapshot.objects:
         if obj["kind"] == "queue":
             summary = f"{obj['depth']} jobs, {obj['in_flight']} in flight, {obj['dead']} dead"
-            table.add_row(obj["name"], "queue", summary, "", f"{obj['idle_workers']} idle")
+            table.add_row(obj["name"], "queue", summary, "", f"{obj['idle_workers']} idle", "")
             for claim in obj["claims"]:
                 table.add_row(
-                    "", "", f"claims {claim['job'][:8]}", str(claim["fence"]), _who(claim)
+                    "", "", f"claims {claim['job'][:8]}", str(claim["fence"]), _who(claim), ""
                 )
             continue
         for i, entry in enumerate(obj["entries"]):
             style = "bold green" if entry["holding"] else "yellow"
             state = f"[{style}]{_state(obj, entry)}[/]"
             name, kind = (obj["name"], obj["kind"]) if i == 0 else ("", "")
-            table.add_row(name, kind, state, str(entry["fence"]), _who(entry))
+            age = _age(entry)
+            table.add_row(name, kind, state, str(entry["fence"]), _who(entry), age and f"{age} ago")
     return table
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import time
@@ -76,7 +77,11 @@ def test_second_waits_for_first_in_order_and_status_shows_both(coord_cli: Coord)
     assert holder["identity"] == {"host": HOST, "pid": first.pid, "name": "first"}
     assert waiter["identity"] == {"host": HOST, "pid": second.pid}
     assert holder["fence"] < waiter["fence"]
+    assert holder["since"] <= waiter["since"] <= time.time()  # when each registered
     assert log.read_text().splitlines() == [f"A start {holder['fence']}"]
+    text = coord_cli.run("status", "job").stdout.splitlines()
+    assert [line.split()[0] for line in text[1:]] == ["holds", "waits"]
+    assert all(re.search(r"\(registered \d+\.\ds ago\)$", line) for line in text[1:]), text
 
     go.touch()
     assert first.wait(timeout=10) == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 
 import anyio
 import pytest
@@ -33,6 +34,10 @@ async def test_mutex_waiters_in_order_with_identities(coord_url: str) -> None:
                 "name": "billing-1",
             }
             assert waiters[1].identity["name"] == "billing-2"
+            # When each registered (this machine's clock): in queue order, not in the identity.
+            assert waiters[0].since is not None
+            assert waiters[1].since is not None
+            assert waiters[0].since <= waiters[1].since <= time.time()
             assert await a.mutex("who").holders() == waiters[:1]
             tg.cancel_scope.cancel()
 
