@@ -48,10 +48,12 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.etcd
 @pytest.mark.zookeeper
-@pytest.mark.timeout(60)
-def test_dev_starts_servers_and_stops_them_on_sigterm() -> None:
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("cluster", [False, True], ids=["single", "cluster"])
+def test_dev_starts_servers_and_stops_them_on_sigterm(cluster: bool) -> None:
     _need_servers()
-    argv = [sys.executable, "-m", "coord.cli", "dev"]
+    argv = [sys.executable, "-m", "coord.cli", "dev", *(["--cluster", "--no-kafka"] * cluster)]
+    members = 3 if cluster else 1
     dev = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert dev.stdout is not None
@@ -63,13 +65,18 @@ def test_dev_starts_servers_and_stops_them_on_sigterm() -> None:
         servers = {line.split()[0]: line.split()[1] for line in lines[:-1]}
         assert lines[-1] == f"export COORD_URL={servers['etcd']}"
         assert servers["zookeeper"].startswith("zk://127.0.0.1:")
+        for url in (servers["etcd"], servers["zookeeper"]):
+            assert url.count("127.0.0.1:") == members, url
         data = [Path(d) for line in lines[:-1] for d in line.partition("(data: ")[2][:-1].split()]
         assert all(d.is_dir() for d in data)
+        assert len(data) == members * 2 + ("kafka" in servers)
         children = _children(dev.pid)
-        assert len(children) == len(servers)  # etcd, ZooKeeper, and Tansu if installed
+        # etcd and ZooKeeper members, and Tansu if installed (not with --no-kafka)
+        assert len(children) == members * 2 + ("kafka" in servers)
 
         for url in (servers["etcd"], servers["zookeeper"]):
-            probe = [*argv[:-1], "lock", "--url", url + "/devtest", "probe", "--", "true"]
+            probe = [sys.executable, "-m", "coord.cli", "lock", "--url", url + "/devtest"]
+            probe += ["probe", "--", "true"]
             assert subprocess.run(probe, capture_output=True, timeout=20).returncode == 0
 
         dev.send_signal(signal.SIGTERM)
