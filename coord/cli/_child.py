@@ -1,4 +1,10 @@
-"""Running the wrapped command: stdio inherited, stopped with a signal and then killed."""
+"""Running the wrapped command: stdio inherited, stopped with a signal and then killed.
+
+Stopping it reaches every process it started too (read from ``/proc`` when it is
+stopped): the work a lost lock protected may run in a child (``sh -c "step1; step2"``),
+and a shell that dies of SIGTERM leaves its children running. Each process is held by a
+pidfd from then on, so a pid reused meanwhile is never signalled.
+"""
 
 from __future__ import annotations
 
@@ -65,20 +71,60 @@ async def run_until(
 async def _stop(
     process: Process, signum: signal.Signals, grace: float, interrupt: Interrupt
 ) -> None:
-    """Send *signum*; SIGKILL after *grace* seconds or at a second interrupt."""
-    with contextlib.suppress(ProcessLookupError):
-        process.send_signal(signum)
-    with anyio.move_on_after(grace):
-        async with anyio.create_task_group() as tg:
-
-            async def hurry() -> None:
-                await interrupt.hurry.wait()
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(hurry)
-            await process.wait()
-            tg.cancel_scope.cancel()
-    if process.returncode is None:
+    """Send *signum* to the command and every process below it; SIGKILL to those left
+    after *grace* seconds or at a second interrupt."""
+    others = await anyio.to_thread.run_sync(_open_descendants, process.pid)
+    try:
         with contextlib.suppress(ProcessLookupError):
-            process.kill()
+            process.send_signal(signum)
+        _signal_all(others, signum)
+        with anyio.move_on_after(grace):
+            async with anyio.create_task_group() as tg:
+
+                async def hurry() -> None:
+                    await interrupt.hurry.wait()
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(hurry)
+                await process.wait()
+                for pidfd in others:
+                    await anyio.wait_readable(pidfd)  # a pidfd is readable once it exited
+                tg.cancel_scope.cancel()
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+        _signal_all(others, signal.SIGKILL)
         await process.wait()
+    finally:
+        for pidfd in others:
+            os.close(pidfd)
+
+
+def _open_descendants(pid: int) -> list[int]:
+    """pidfds of every process below *pid* (Linux; none where /proc or pidfds are
+    missing). In a thread: it reads /proc."""
+    if not hasattr(os, "pidfd_open"):
+        return []
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as stat:
+                ppid = int(stat.read().rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # not a process, or gone
+        children.setdefault(ppid, []).append(int(name))
+    pidfds, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            todo.append(child)
+            with contextlib.suppress(OSError):  # gone already
+                pidfds.append(os.pidfd_open(child))
+    return pidfds
+
+
+def _signal_all(pidfds: list[int], signum: signal.Signals) -> None:
+    for pidfd in pidfds:
+        with contextlib.suppress(OSError):  # exited (and reaped) already
+            signal.pidfd_send_signal(pidfd, signum)

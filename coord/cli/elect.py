@@ -53,7 +53,8 @@ def elect(
     who leads meanwhile), then runs CMD with COORD_ELECTION=NAME and COORD_FENCE=<term>
     in its environment; the fence strictly increases from term to term.
 
-    If leadership is lost, CMD gets SIGTERM (SIGKILL after --grace seconds), one line
+    If leadership is lost, CMD and every process it started get SIGTERM (SIGKILL after
+    --grace seconds), one line
     goes to stderr, and coord campaigns again: CMD runs again when it leads again. When
     CMD exits on its own, coord resigns and exits with CMD's status. Ctrl-C or SIGTERM
     is passed on to CMD (exit status 130 or 143).

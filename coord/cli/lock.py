@@ -52,9 +52,9 @@ def lock(store: Store, name: str, command: tuple[str, ...], try_: bool, grace: f
     can refuse a stale holder's writes.
 
     If the lock is lost while CMD runs (the session expired, or the key was deleted),
-    CMD gets SIGTERM (SIGKILL after --grace seconds) and coord exits 1 with one line on
-    stderr. Ctrl-C or SIGTERM to coord is passed on to CMD, then the lock is released;
-    the exit status is then 130 or 143.
+    CMD and every process it started get SIGTERM (SIGKILL after --grace seconds) and
+    coord exits 1 with one line on stderr. Ctrl-C or SIGTERM to coord is passed on to
+    them, then the lock is released; the exit status is then 130 or 143.
 
     \b
     Example:
