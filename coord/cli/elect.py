@@ -54,10 +54,9 @@ def elect(
     in its environment; the fence strictly increases from term to term.
 
     If leadership is lost, CMD and every process it started get SIGTERM (SIGKILL after
-    --grace seconds), one line
-    goes to stderr, and coord campaigns again: CMD runs again when it leads again. When
-    CMD exits on its own, coord resigns and exits with CMD's status. Ctrl-C or SIGTERM
-    is passed on to CMD (exit status 130 or 143).
+    --grace seconds), one line goes to stderr, and coord campaigns again: CMD runs again
+    when it leads again. When CMD exits on its own, coord resigns and exits with CMD's
+    status. Ctrl-C or SIGTERM is passed on to them (exit status 130 or 143).
 
     \b
     Example, on every node of a pool:
