@@ -8,11 +8,14 @@ no allocation, no lock (the event loop is one thread). Read as frozen snapshots,
 
 from __future__ import annotations
 
+import logging
 from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Protocol
 
 __all__ = ["TIME_BUCKETS", "Counters", "Histogram", "Observer"]
+
+_log = logging.getLogger("coord")
 
 #: Upper bounds, in seconds, of the wait and hold time buckets; a last bucket takes the
 #: rest (up to infinity).
@@ -126,10 +129,16 @@ class Counters:
         self.waits += waited
         self.wait_time.add(wait)
         for observer in self.observers:
-            observer.acquired(what, name, fence, wait, waited)
+            try:
+                observer.acquired(what, name, fence, wait, waited)
+            except Exception:  # an exporter's failure must never fail an acquire
+                _log.exception("coord: a statistics observer failed on an acquire")
 
     def released(self, what: str, name: str, fence: int, held: float, lost: bool) -> None:
         self.losses += lost
         self.hold_time.add(held)
         for observer in self.observers:
-            observer.released(what, name, fence, held, lost)
+            try:
+                observer.released(what, name, fence, held, lost)
+            except Exception:  # nor replace what the released block raised
+                _log.exception("coord: a statistics observer failed on a release")

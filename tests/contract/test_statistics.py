@@ -109,3 +109,35 @@ def test_histogram_buckets_and_quantiles() -> None:
     assert coord.Histogram(TIME_BUCKETS, (0,) * 17, 0, 0.0).quantile(0.5) == 0.0
     with pytest.raises(ValueError, match="q must be"):
         hist.quantile(2)
+
+
+class _Broken:
+    """An observer (an exporter) that fails on every event."""
+
+    def acquired(self, what: str, name: str, fence: int, wait: float, waited: bool) -> None:
+        raise ConnectionError("exporter down")
+
+    def released(self, what: str, name: str, fence: int, held: float, lost: bool) -> None:
+        raise ConnectionError("exporter down")
+
+
+async def test_a_failing_observer_never_fails_an_acquire_or_a_release(
+    clients: list[coord.Client], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found by review: an observer that raised in acquire left the key held (and the
+    task's claim in place) until the session ended; in release it replaced the body's
+    exception."""
+    a, b = clients[:2]
+    a._keeper.counters.observers = (_Broken(),)
+    with pytest.raises(KeyError, match="the body's"):
+        async with a.mutex("observed") as hold:
+            raise KeyError("the body's")
+    assert hold.released
+    assert not hold.lost
+    with anyio.fail_after(5):
+        async with b.mutex("observed"):  # nothing left behind
+            pass
+        async with a.mutex("observed"):  # and no claim left: no "would wait on itself"
+            pass
+    assert a.statistics().acquires == 2
+    assert sum("observer failed" in r.getMessage() for r in caplog.records) == 4
