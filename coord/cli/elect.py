@@ -20,7 +20,7 @@ from ._common import (
     store_options,
     waiting,
 )
-from .lock import GRACE, run_holding
+from .lock import GRACE, lost_how, run_holding
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -84,6 +84,9 @@ async def _elect(
             status, lost = await run_holding(campaign, term, command, env, grace, interrupt)
             if lost is None and status is not None:
                 return status
+            if status is not None:  # it ended by itself: done, never run again
+                click.echo(f"coord: leadership lost, {lost_how(command, status)}: {lost}", err=True)
+                return FAILURE
             click.echo(
                 f"coord: leadership lost, {command[0]!r} stopped: {lost}; campaigning again",
                 err=True,

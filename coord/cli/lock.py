@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from coord._locking import TaskLock
 
-__all__ = ["GRACE", "lock", "run_holding", "who_holds"]
+__all__ = ["GRACE", "lock", "lost_how", "run_holding", "who_holds"]
 
 GRACE = click.option(
     "--grace",
@@ -84,7 +84,7 @@ async def _lock(
         env = {"COORD_LOCK": name, "COORD_FENCE": str(hold.fence)}
         status, lost = await run_holding(mutex, hold, command, env, grace, i)
         if lost is not None or status is None:
-            click.echo(f"coord: lock lost, {command[0]!r} stopped: {lost}", err=True)
+            click.echo(f"coord: lock lost, {lost_how(command, status)}: {lost}", err=True)
             return FAILURE
         return status
 
@@ -109,6 +109,14 @@ async def run_holding(
     finally:
         lost = await release(lock)
     return status, lost
+
+
+def lost_how(command: Sequence[str], status: int | None) -> str:
+    """What became of the command when the hold was lost: stopped by us, or it had
+    ended by itself (the loss was found at the release: it may have run unlocked)."""
+    if status is None:
+        return f"{command[0]!r} stopped"
+    return f"{command[0]!r} had exited with status {status}, not all of it under the lock"
 
 
 async def who_holds(lock: coord.Mutex | coord.Semaphore) -> str:

@@ -72,3 +72,35 @@ def test_elect_runs_the_command_only_while_leading(coord_cli: Coord) -> None:
     leaders = [s["identity"].get("pid") or s["value"] for s in seen[1:-1]]
     assert leaders[0] == a.pid
     assert set(leaders) <= {a.pid, "node-b"}
+
+
+@pytest.mark.parametrize("verb", ["elect", "lock"])
+def test_a_command_that_ended_by_itself_is_never_run_again(coord_cli: Coord, verb: str) -> None:
+    """Found by review: when the loss is found only at the release (the key was deleted
+    just before the command exited by itself, before any watch saw it), ``coord elect``
+    campaigned and ran the one-shot command again, and both said it was "stopped"."""
+    log, go = coord_cli.cwd / "log", coord_cli.cwd / "go"
+    script = f"echo run >> {log}; echo started; while [ ! -e {go} ]; do sleep 0.02; done"
+
+    async def scenario() -> tuple[int, str]:
+        async with coord.connect(coord_cli.url) as client:  # connected before: no delay
+            process = await anyio.open_process(
+                coord_cli.argv(verb, "job", "--", "sh", "-c", script), env=coord_cli.env
+            )
+            async with process:
+                assert process.stdout is not None
+                with anyio.fail_after(15):
+                    assert await process.stdout.receive() == b"started\n"
+                    # Within a second of the grant: before the hold's guard watch starts.
+                    (entry,) = await client.mutex("job").waiters()
+                    await drop_key(client, entry.key)
+                    go.touch()
+                    status = await process.wait()
+                assert process.stderr is not None
+                err = (await process.stderr.receive()).decode()
+            return status, err
+
+    status, err = anyio.run(scenario, backend="asyncio")
+    assert log.read_text().splitlines() == ["run"], err
+    assert status == 1
+    assert "had exited with status 0, not all of it under the lock" in err, err
