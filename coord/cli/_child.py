@@ -1,14 +1,21 @@
 """Running the wrapped command: stdio inherited, stopped with a signal and then killed.
 
-Stopping it reaches every process it started too (read from ``/proc`` when it is
-stopped): the work a lost lock protected may run in a child (``sh -c "step1; step2"``),
-and a shell that dies of SIGTERM leaves its children running. Each process is held by a
-pidfd from then on, so a pid reused meanwhile is never signalled.
+The command's work may go on in processes it started (``sh -c "step1 & step2"``), so:
+
+* coord becomes a child subreaper (Linux): a process whose parent exits is re-parented
+  to coord, not to init, and stays among coord's descendants;
+* the lock is held until the command *and every process below coord* have exited;
+* stopping the command stops all of them (read from ``/proc`` at that moment; each is
+  then held by a pidfd, so a pid reused meanwhile is never signalled).
+
+What nothing can cover: coord itself killed with SIGKILL. Its key then expires after
+the TTL while the command may run on; the fence is what protects the resource then.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 from typing import TYPE_CHECKING
@@ -23,6 +30,8 @@ if TYPE_CHECKING:
     from ._common import Interrupt
 
 __all__ = ["NOT_FOUND", "run_until"]
+
+_PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 
 #: Exit status when the command cannot be run (as a shell does).
 NOT_FOUND = 127
@@ -45,10 +54,12 @@ async def run_until(
 
     :raises OSError: if the command cannot be started
     """
+    _become_subreaper()
     process = await anyio.open_process(
         list(command), stdin=None, stdout=None, stderr=None, env={**os.environ, **env}
     )
     status: int | None = None
+    done = False
     try:
         async with anyio.create_task_group() as tg:
 
@@ -58,9 +69,11 @@ async def run_until(
 
             tg.start_soon(watch)
             status = await process.wait()
+            await _wait_for_descendants()  # what it started still runs under the lock
+            done = True
             tg.cancel_scope.cancel()
     finally:
-        if process.returncode is None:
+        if not done:
             with anyio.CancelScope(shield=True):
                 await _stop(process, interrupt.signum or signal.SIGTERM, grace, interrupt)
     if status is None:
@@ -73,7 +86,7 @@ async def _stop(
 ) -> None:
     """Send *signum* to the command and every process below it; SIGKILL to those left
     after *grace* seconds or at a second interrupt."""
-    others = await anyio.to_thread.run_sync(_open_descendants, process.pid)
+    others = await anyio.to_thread.run_sync(_open_descendants, os.getpid(), process.pid)
     try:
         with contextlib.suppress(ProcessLookupError):
             process.send_signal(signum)
@@ -100,9 +113,28 @@ async def _stop(
             os.close(pidfd)
 
 
-def _open_descendants(pid: int) -> list[int]:
-    """pidfds of every process below *pid* (Linux; none where /proc or pidfds are
-    missing). In a thread: it reads /proc."""
+async def _wait_for_descendants() -> None:
+    """Return once every process below coord has exited (the command is reaped)."""
+    pidfds = await anyio.to_thread.run_sync(_open_descendants, os.getpid(), None)
+    try:
+        for pidfd in pidfds:
+            await anyio.wait_readable(pidfd)  # a pidfd is readable once it exited
+    finally:
+        for pidfd in pidfds:
+            os.close(pidfd)
+
+
+def _become_subreaper() -> None:
+    """Orphans below coord are re-parented to coord (Linux's PR_SET_CHILD_SUBREAPER)
+    instead of init, so that they can still be found and stopped. Elsewhere: nothing."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _open_descendants(pid: int, skip: int | None) -> list[int]:
+    """pidfds of every process below *pid* but *skip* (Linux; none where /proc or
+    pidfds are missing). In a thread: it reads /proc."""
     if not hasattr(os, "pidfd_open"):
         return []
     children: dict[int, list[int]] = {}
@@ -119,6 +151,8 @@ def _open_descendants(pid: int) -> list[int]:
     while todo:
         for child in children.get(todo.pop(), ()):
             todo.append(child)
+            if child == skip:
+                continue
             with contextlib.suppress(OSError):  # gone already
                 pidfds.append(os.pidfd_open(child))
     return pidfds

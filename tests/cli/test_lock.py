@@ -6,8 +6,9 @@ import os
 import re
 import signal
 import socket
+import subprocess
 import time
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 import anyio
 import pytest
@@ -16,10 +17,6 @@ import coord
 from coord.testing import drop_key
 
 from ._support import Coord, wait_until
-
-if TYPE_CHECKING:
-    from pathlib import Path
-
 
 HOST = socket.gethostname()
 
@@ -124,11 +121,16 @@ def test_lost_lock_stops_what_the_command_started_too(coord_cli: Coord) -> None:
     """The protected work may run in a child of CMD: a shell that dies of SIGTERM would
     leave it running, still writing after the lock went to someone else."""
     pids = coord_cli.cwd / "pids"
-    script = f"sleep 300 & sleep 301 & echo $! > {pids}.tmp; mv {pids}.tmp {pids}; wait"
-    holder = coord_cli.start("lock", "job", "--", "sh", "-c", script)
+    # An orphan (its parent, a subshell, has exited) and a child of the shell.
+    script = (
+        f"(sleep 300 & echo $! > {pids}.1); sleep 301 & echo $! > {pids}.2; "
+        f"mv {pids}.1 {pids}; wait"
+    )
+    holder = coord_cli.start("lock", "job", "--", "sh", "-c", script, stderr=subprocess.DEVNULL)
     wait_until(pids.exists, "the command to start its children")
-    grandchild = int(pids.read_text())
-    assert _alive(grandchild)
+    orphan, child = int(pids.read_text()), int(Path(f"{pids}.2").read_text())
+    assert _alive(orphan)
+    assert _alive(child)
 
     async def delete_the_holders_key() -> None:
         async with coord.connect(coord_cli.url) as client:
@@ -137,7 +139,25 @@ def test_lost_lock_stops_what_the_command_started_too(coord_cli: Coord) -> None:
 
     anyio.run(delete_the_holders_key, backend="asyncio")
     assert holder.wait(timeout=10) == 1
-    wait_until(lambda: not _alive(grandchild), "the grandchild to be stopped")
+    assert not _alive(orphan), "the orphan runs on after the lock was lost"
+    assert not _alive(child), "the shell's child runs on after the lock was lost"
+
+
+@pytest.mark.etcd
+def test_the_lock_is_held_until_what_the_command_started_has_exited(coord_cli: Coord) -> None:
+    """A command that leaves work running in the background: that work is still under
+    the lock, which is released only once it has exited too."""
+    log, go = coord_cli.cwd / "log", coord_cli.cwd / "go"
+    background = f"(while [ ! -e {go} ]; do sleep 0.02; done; echo background >> {log}) &"
+    first = coord_cli.start("lock", "job", "--", "sh", "-c", f"{background} echo main >> {log}")
+    wait_until(lambda: log.exists() and log.read_text() == "main\n", "the command to exit")
+    second = coord_cli.start("lock", "job", "--", "sh", "-c", f"echo second >> {log}")
+    wait_until(lambda: len(coord_cli.entries("job")) == 2, "the second to queue")
+    assert first.poll() is None, "released while its background work ran"
+    go.touch()
+    assert first.wait(timeout=10) == 0
+    assert second.wait(timeout=10) == 0
+    assert log.read_text().splitlines() == ["main", "background", "second"]
 
 
 def _alive(pid: int) -> bool:
