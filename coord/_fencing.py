@@ -19,6 +19,7 @@ import re
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ._exceptions import ConfigurationError
+from ._keys import check_name
 from .abc import Check, Put
 
 if TYPE_CHECKING:
@@ -44,7 +45,9 @@ async def fenced_put(hold: Hold, key: str, value: bytes) -> None:
     was deleted before the successor was granted the lock. This holds only for keys in
     the same store (the same etcd cluster or ZooKeeper ensemble, under the client's
     namespace) as the lock; for anything else send ``hold.fence`` (see
-    :func:`fenced_update`).
+    :func:`fenced_update`). On ZooKeeper, never write to a key that is also the name (or
+    a parent of the name) of another lock, election or queue: those nodes are containers
+    that the server deletes once they are empty, and the value with them.
 
     Works with any hold: a mutex's, a semaphore slot, a side of a read-write lock, an
     election's term. A checkpoint. Not repeated after a lost reply: if it raises
@@ -57,8 +60,17 @@ async def fenced_put(hold: Hold, key: str, value: bytes) -> None:
     :raises LockLost: if the hold was released or lost (nothing was sent), or the store
         refused the write because the holder's key is gone (nothing was written); for an
         election's term, :exc:`coord.LeadershipLost`
-    :raises ConfigurationError: for a waiter key or a value the store does not take
+    :raises ConfigurationError: for a key that is not a valid name, is the lock's own
+        name or one of its parents, or a waiter key, or a value the store does not take
     """
+    check_name(key, what="fenced_put key")
+    if hold.name == key or hold.name.startswith(key + "/"):
+        # On ZooKeeper that node is a container the server deletes once the lock is
+        # idle: the write would be lost. Refused on every store, so code stays portable.
+        raise ConfigurationError(
+            f"fenced_put key {key!r} is the lock {hold.name!r} or a parent of it: write "
+            f"under a key of its own, e.g. {hold.name + '/state'!r}"
+        )
     if hold.released or hold.lost:
         raise hold._lost_error(
             f"{hold.name!r} (fence {hold.fence}) is no longer held: not writing {key!r}"

@@ -72,3 +72,19 @@ async def test_fenced_put_with_a_term_raises_leadership_lost(
     with pytest.raises(coord.LeadershipLost):
         await coord.fenced_put(term, "f/config", b"stale")
     assert await value_of(a, "f/config") == b"from the leader"
+
+
+@pytest.mark.parametrize("key", ["", "f//data", "f/lock", "f", "f/@w1"])
+async def test_fenced_put_refuses_bad_keys_and_the_locks_own_node(
+    clients: list[coord.Client], key: str
+) -> None:
+    """Found by review: on ZooKeeper the lock's own node (and its parents) is a container
+    that the server deletes once the lock is idle, and the value with it; an empty key
+    wrote the namespace's root. Refused at the call, on every store, writing nothing."""
+    a = clients[0]
+    async with a.mutex("f/lock") as hold:
+        with pytest.raises(coord.ConfigurationError):
+            await coord.fenced_put(hold, key, b"x")
+    if key:
+        written = await a.backend.get(key)  # (on ZooKeeper a lock's parents are nodes)
+        assert written is None or written.value != b"x"
