@@ -21,7 +21,7 @@ nested name's keys are never part of its parent's queue.
 from __future__ import annotations
 
 import asyncio
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -50,7 +50,7 @@ from ._lease import grant
 from ._watch import Watch, WatchCompacted, WatchStream
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Sequence
+    from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 
     from anyio.abc import TaskGroup
 
@@ -419,7 +419,7 @@ class EtcdBackend(Backend):
         start, end = (start, range_end(start)) if start else (b"\0", b"\0")
         request = rpc.RangeRequest(key=start, range_end=end, keys_only=True)
         reply = await self._conn.call("list", lambda c: c.kv.Range, request)
-        keys = (bytes(kv.key)[len(self._root) :].decode() for kv in reply.kvs)
+        keys = _decoded(bytes(kv.key)[len(self._root) :] for kv in reply.kvs)
         return _keys.names_of(keys, prefix)
 
     @asynccontextmanager
@@ -451,6 +451,14 @@ class EtcdBackend(Backend):
         from ...testing._metrics import watch_messages_sent
 
         return await watch_messages_sent(self._conn.endpoint)
+
+
+def _decoded(keys: Iterable[bytes]) -> Iterator[str]:
+    """The keys that are text (others, not coord's, are skipped: a shared keyspace may
+    hold anything)."""
+    for key in keys:
+        with suppress(UnicodeDecodeError):
+            yield key.decode()
 
 
 async def _first_delivery(watch: Watch, scope: anyio.CancelScope) -> None:
