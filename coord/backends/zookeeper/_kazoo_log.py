@@ -105,4 +105,12 @@ class KazooLog(logging.LoggerAdapter[logging.Logger]):
         if msg in _CHATTER:
             level = min(level, logging.DEBUG)
         if self.logger.isEnabledFor(level):
-            self.logger.log(level, msg, *args, **kwargs)
+            self.logger.log(level, msg, *map(_redacted, args), **kwargs)
+
+
+def _redacted(arg: object) -> object:
+    """kazoo's DEBUG line for each request it sends shows the request: an ``Auth`` packet
+    carries the digest password in clear."""
+    if type(arg).__name__ == "Auth" and hasattr(arg, "auth"):
+        return f"Auth(scheme={getattr(arg, 'scheme', '?')!r}, auth='***')"
+    return arg

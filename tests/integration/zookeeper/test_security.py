@@ -3,6 +3,8 @@ user of the ensemble can neither delete them nor queue behind them."""
 
 from __future__ import annotations
 
+import logging
+
 import anyio
 import pytest
 from kazoo.exceptions import NoAuthError
@@ -82,3 +84,18 @@ def test_options_are_checked_at_the_call() -> None:
     client = coord.connect("zk://alice:s%40cret@127.0.0.1:2181/app", suspended_is_lost=False)
     assert backend_of(client)._options.auth_data == (("digest", "alice:s@cret"),)
     assert not backend_of(client).suspended_is_lost
+
+
+async def test_the_password_is_never_logged(
+    zookeeper_server: ZooKeeperServer, zookeeper_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found by review: kazoo's DEBUG line per request sent showed the Auth packet, with
+    the digest password in clear."""
+    chroot = zookeeper_url.rsplit("/", 1)[1]
+    caplog.set_level(logging.DEBUG)
+    url = f"zk://alice:s3cret-pw@{zookeeper_server.endpoint}/{chroot}"
+    async with coord.connect(url, ttl=5) as client, client.mutex("logged"):
+        pass
+    sent = [r.getMessage() for r in caplog.records if "Auth(" in r.getMessage()]
+    assert sent, "kazoo's request line was not seen: the test proves nothing"
+    assert all("s3cret-pw" not in r.getMessage() for r in caplog.records)
