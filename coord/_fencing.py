@@ -130,10 +130,9 @@ def fenced_update_sql(
     for name in (table, fence_column, *values, *where):
         if not _IDENTIFIER.match(name):
             raise ConfigurationError(f"fenced_update: not a plain SQL name: {name!r}")
-    params: list[tuple[str, object]] = [(f"set_{c}", v) for c, v in values.items()]
-    params.append(("fence", fence))
-    params += [(f"where_{c}", v) for c, v in where.items()]
-    params.append(("fence", fence))
+    ordered = [*values.values(), fence, *where.values(), fence]
+    # Parameter names by position (p1, p2...): a column name may hold a dot.
+    params = [(f"p{i}", value) for i, value in enumerate(ordered, 1)]
     marks = [_marker(paramstyle, name, i) for i, (name, _) in enumerate(params, 1)]
     sets = [f"{c} = {m}" for c, m in zip([*values, fence_column], marks, strict=False)]
     tests = [f"{c} = {m}" for c, m in zip(where, marks[len(values) + 1 :], strict=False)]
