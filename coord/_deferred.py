@@ -22,7 +22,25 @@ if TYPE_CHECKING:
 
     StartSoon = Callable[[Callable[[], Coroutine[Any, Any, None]]], None]
 
-__all__ = ["Deferred"]
+__all__ = ["Deferred", "Start"]
+
+
+class Start:
+    """One deferred start; :meth:`cancel` it while it waits and it never runs (nor keeps
+    its function alive)."""
+
+    __slots__ = ("due", "func", "order")
+
+    def __init__(self, due: float, order: int, func: Callable[[], Coroutine[Any, Any, None]]):
+        self.due, self.order = due, order
+        self.func: Callable[[], Coroutine[Any, Any, None]] | None = func
+
+    def __lt__(self, other: Start) -> bool:
+        return (self.due, self.order) < (other.due, other.order)
+
+    def cancel(self) -> None:
+        """Not a checkpoint."""
+        self.func = None
 
 
 class Deferred:
@@ -30,7 +48,7 @@ class Deferred:
 
     def __init__(self, start_soon: StartSoon) -> None:
         self._start_soon = start_soon
-        self._due: list[tuple[float, int, Callable[[], Coroutine[Any, Any, None]]]] = []
+        self._due: list[Start] = []
         self._order = itertools.count()  # equal due times start in call order
         self._changed: anyio.Event | None = None
         self._running = False
@@ -38,18 +56,20 @@ class Deferred:
     def __len__(self) -> int:
         return len(self._due)
 
-    def start_after(self, delay: float, func: Callable[[], Coroutine[Any, Any, None]]) -> None:
-        """Start ``func()`` as a task *delay* seconds from now. Not a checkpoint.
+    def start_after(self, delay: float, func: Callable[[], Coroutine[Any, Any, None]]) -> Start:
+        """Start ``func()`` as a task *delay* seconds from now, unless the returned
+        :class:`Start` is cancelled first. Not a checkpoint.
 
         :raises ClosedError: if the task group is closed
         """
-        entry = (anyio.current_time() + delay, next(self._order), func)
+        entry = Start(anyio.current_time() + delay, next(self._order), func)
         heapq.heappush(self._due, entry)
         if not self._running:
             self._start_soon(self._run)
             self._running = True
         elif self._due[0] is entry and self._changed is not None:
             self._changed.set()  # it is due before whatever the runner sleeps for
+        return entry
 
     async def _run(self) -> None:
         while True:
@@ -57,13 +77,14 @@ class Deferred:
             if not self._due:
                 await self._changed.wait()
                 continue
-            due, _, func = self._due[0]
-            wait = due - anyio.current_time()
+            wait = self._due[0].due - anyio.current_time()
             if wait > 0:
                 with anyio.move_on_after(wait):
                     await self._changed.wait()
                 continue
-            heapq.heappop(self._due)
+            func = heapq.heappop(self._due).func
+            if func is None:
+                continue  # cancelled
             try:
                 self._start_soon(func)
             except ClosedError:

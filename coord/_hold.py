@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from types import TracebackType
 
+    from ._deferred import Start
     from ._session import Session
     from .abc import Entry, Position
 
@@ -78,7 +79,7 @@ class Hold:
         self._setup(name, fence_of(entry.revision), session, entry)
         self._seen_at = max(position.revision, entry.revision)  # my key existed then
         self._unlisten = session.listen(self._poke)
-        session.start_after(GUARD_DELAY, self._guard)
+        self._guard_start: Start | None = session.start_after(GUARD_DELAY, self._guard)
 
     def _setup(self, name: str, fence: int, session: Session, entry: Entry) -> None:
         self.name = name
@@ -92,6 +93,7 @@ class Hold:
         self._lost_event = anyio.Event()
         self._scope: anyio.CancelScope | None = None  # the wait, then the body
         self._guard_scope = anyio.CancelScope()
+        self._guard_start = None  # the guard's deferred start (see __init__)
         self._followers: list[Callable[[], None]] = []
 
     def __repr__(self) -> str:
@@ -182,6 +184,8 @@ class Hold:
         if self._frozen is None:
             self._frozen = self._is_lost() if self._granted else self._gone
             self._guard_scope.cancel()
+            if self._guard_start is not None:
+                self._guard_start.cancel()  # a brief hold: its guard never starts
             self._unlisten()
         return self._frozen
 

@@ -24,7 +24,7 @@ from anyio.abc import AsyncResource, TaskGroup
 from anyio.lowlevel import checkpoint_if_cancelled
 
 from . import _keys, _retry
-from ._deferred import Deferred
+from ._deferred import Deferred, Start
 from ._exceptions import (
     BackendError,
     BackendUnavailable,
@@ -322,12 +322,13 @@ class Session(SessionSource, AsyncResource):
             raise ClosedError("the session is not open")
         self._tg.start_soon(func)
 
-    def start_after(self, delay: float, func: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    def start_after(self, delay: float, func: Callable[[], Coroutine[Any, Any, None]]) -> Start:
         """Run *func* in the session's task group once *delay* seconds have passed (one
-        task of the session waits for all such starts). Not a checkpoint."""
+        task of the session waits for all such starts), unless the returned
+        :class:`~coord._deferred.Start` is cancelled first. Not a checkpoint."""
         if self._tg is None or self._closed:
             raise ClosedError("the session is not open")
-        self._deferred.start_after(delay, func)
+        return self._deferred.start_after(delay, func)
 
     async def retry(self, func: Callable[[], Awaitable[Any]]) -> Any:
         """Await ``func()``, again after each BackendUnavailable (with backoff) while the

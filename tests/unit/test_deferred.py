@@ -77,3 +77,25 @@ async def test_nothing_starts_once_the_group_is_closed() -> None:
         closed = True
         await anyio.sleep(1.0)  # the runner's start fails: it ends quietly
     assert started == ["ran"]
+
+
+async def test_a_cancelled_start_never_runs_nor_keeps_its_function() -> None:
+    started: list[str] = []
+
+    async def run() -> None:
+        started.append("ran")
+
+    async with anyio.create_task_group() as tg:
+
+        def start_soon(func: Callable[[], Coroutine[Any, Any, None]]) -> None:
+            tg.start_soon(func)
+
+        deferred = Deferred(start_soon)
+        first = deferred.start_after(1.0, run)
+        deferred.start_after(2.0, run)
+        first.cancel()
+        assert first.func is None  # (a released hold is not kept alive by its start)
+        await anyio.sleep(3)
+        assert len(deferred) == 0
+        tg.cancel_scope.cancel()
+    assert started == ["ran"]
