@@ -230,7 +230,7 @@ class TaskLock:
             self._name,
             self._prefix,
             self._rule,
-            value=self._value(),
+            value=self._value,  # made anew at each registration (its time)
             waiter_id=self._waiter_id(),
             check=self._check,
             hold_type=self._hold_type,

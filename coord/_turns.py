@@ -77,7 +77,7 @@ async def wait_turn(
     prefix: str,
     rule: Rule,
     *,
-    value: bytes = b"",
+    value: bytes | Callable[[], bytes] = b"",
     waiter_id: Callable[[], str] | None = None,
     check: Callable[[Position], None] | None = None,
     hold_type: type[H] = Hold,  # type: ignore[assignment]
@@ -88,13 +88,16 @@ async def wait_turn(
     and session losses (registering again on the next session). If cancelled, nothing is
     held and the entry is deleted by a task of the session.
 
+    :param value: the waiter key's value, or a function that makes it for each
+        registration (a waiter that registers again on a new session records anew when)
     :param check: called with every position read; it may raise (e.g. a waiter ahead that
         disagrees on the semaphore's limit): the entry is then deleted and the error raised
     :raises SessionExpiredError: if the session is lost and no new one follows
     """
     while True:
         session = await source.live()
-        hold = await _queue(session, name, prefix, rule, value, waiter_id, check, hold_type)
+        record = value() if callable(value) else value  # anew for each registration
+        hold = await _queue(session, name, prefix, rule, record, waiter_id, check, hold_type)
         if hold is not None:
             return hold
         if not source.renews:
@@ -162,7 +165,7 @@ async def try_turn(
     prefix: str,
     rule: Rule,
     *,
-    value: bytes = b"",
+    value: bytes | Callable[[], bytes] = b"",
     waiter_id: Callable[[], str] | None = None,
     check: Callable[[Position], None] | None = None,
     hold_type: type[H] = Hold,  # type: ignore[assignment]
@@ -177,7 +180,12 @@ async def try_turn(
     """
     session = await source.live()
     position = await session.register(
-        prefix, value=value, ahead=rule.ahead, kind=rule.kind, waiter_id=waiter_id, retry=False
+        prefix,
+        value=value() if callable(value) else value,
+        ahead=rule.ahead,
+        kind=rule.kind,
+        waiter_id=waiter_id,
+        retry=False,
     )
     try:
         if check is not None:

@@ -49,7 +49,8 @@ def lock(store: Store, name: str, command: tuple[str, ...], try_: bool, grace: f
     Waits in FIFO order behind the holder and earlier waiters (a spinner on a terminal
     says for whom). CMD gets COORD_LOCK=NAME and COORD_FENCE=<fence> in its environment:
     the fence strictly increases from holder to holder, so a store that CMD writes to
-    can refuse a stale holder's writes.
+    can refuse a stale holder's writes. The lock is held until CMD and every process it
+    started have exited.
 
     If the lock is lost while CMD runs (the session expired, or the key was deleted),
     CMD and every process it started get SIGTERM (SIGKILL after --grace seconds) and

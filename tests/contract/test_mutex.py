@@ -359,12 +359,17 @@ async def test_waiter_survives_session_loss_and_registers_again(
 
             tg.start_soon(waiter)
             await wait_for_waiters(a, "renew-wait", 2)
+            first_since = (await holder.waiters())[1].since
             old = b.session
             await expire_session(b)
             await old.wait_lost()
             # registered again, on the new session: still waiting, not granted
             await wait_for_queue(a, "renew-wait", lambda n: n == 2)
             assert got == []
+            again = (await holder.waiters())[1]
+            assert again.since is not None
+            assert first_since is not None
+            assert again.since > first_since, "the new key records the new registration"
             assert b.session is not old
             await holder.release()
     assert len(got) == 1
