@@ -31,8 +31,11 @@ class Start:
 
     __slots__ = ("due", "func", "order")
 
-    def __init__(self, due: float, order: int, func: Callable[[], Coroutine[Any, Any, None]]):
-        self.due, self.order = due, order
+    def __init__(
+        self, due: float, order: int, func: Callable[[], Coroutine[Any, Any, None]]
+    ) -> None:
+        self.due: float = due
+        self.order: int = order
         self.func: Callable[[], Coroutine[Any, Any, None]] | None = func
 
     def __lt__(self, other: Start) -> bool:
