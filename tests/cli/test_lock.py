@@ -99,13 +99,7 @@ def test_lost_lock_stops_the_command(coord_cli: Coord) -> None:
     script = f"trap 'echo TERM > {stopped}; exit 0' TERM; touch {ran}; while :; do sleep 0.05; done"
     holder = coord_cli.start("lock", "job", "--", "sh", "-c", script)
     wait_until(ran.exists, "the command to start")
-
-    async def delete_the_holders_key() -> None:
-        async with coord.connect(coord_cli.url) as client:
-            (entry,) = await client.mutex("job").waiters()
-            await drop_key(client, entry.key)
-
-    anyio.run(delete_the_holders_key, backend="asyncio")
+    _drop_the_holders_key(coord_cli.url, "job")
     assert holder.wait(timeout=10) == 1
     assert stopped.read_text() == "TERM\n"
     # One line of coord's own (the shell may add its "Terminated" for its sleep, which
@@ -131,13 +125,7 @@ def test_lost_lock_stops_what_the_command_started_too(coord_cli: Coord) -> None:
     orphan, child = int(pids.read_text()), int(Path(f"{pids}.2").read_text())
     assert _alive(orphan)
     assert _alive(child)
-
-    async def delete_the_holders_key() -> None:
-        async with coord.connect(coord_cli.url) as client:
-            (entry,) = await client.mutex("job").waiters()
-            await drop_key(client, entry.key)
-
-    anyio.run(delete_the_holders_key, backend="asyncio")
+    _drop_the_holders_key(coord_cli.url, "job")
     assert holder.wait(timeout=10) == 1
     assert not _alive(orphan), "the orphan runs on after the lock was lost"
     assert not _alive(child), "the shell's child runs on after the lock was lost"
@@ -158,6 +146,17 @@ def test_the_lock_is_held_until_what_the_command_started_has_exited(coord_cli: C
     assert first.wait(timeout=10) == 0
     assert second.wait(timeout=10) == 0
     assert log.read_text().splitlines() == ["main", "background", "second"]
+
+
+def _drop_the_holders_key(url: str, name: str) -> None:
+    """Delete the holder's key of the mutex *name*, as another client (an operator)."""
+
+    async def drop() -> None:
+        async with coord.connect(url) as client:
+            (entry,) = await client.mutex(name).waiters()
+            await drop_key(client, entry.key)
+
+    anyio.run(drop, backend="asyncio")
 
 
 def _alive(pid: int) -> bool:
