@@ -7,8 +7,8 @@ free loopback ports, each in a temporary directory that is removed when they sto
 
 from __future__ import annotations
 
+import os
 import signal
-import time
 from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -120,10 +120,14 @@ def _directories(server: Any) -> list[Path]:
 
 
 def _wait(servers: Iterable[Any]) -> NoReturn:
-    """Until a signal; exit 1 if a server dies meanwhile."""
+    """Until a signal (its handler raises out of the wait); exit 1 if a server dies
+    meanwhile. Blocks in ``os.wait()`` for a child's exit: no polling."""
     processes = [m for s in servers for m in getattr(s, "members", [s])]
     while True:
         for process in processes:
             if not process.running:
                 fail(f"{process.name} at {process.endpoint} exited:\n{process.log_tail(20)}")
-        time.sleep(0.5)
+        try:
+            os.wait()  # a child exited (the check above tells whether it was a server)
+        except ChildProcessError:
+            fail("coord dev: every server has exited")
