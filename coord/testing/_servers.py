@@ -57,8 +57,7 @@ def free_port() -> int:
     row — a server then got the same port for its client and peer listeners — and any
     outgoing connection may take it before the server binds it.)
     """
-    high = _EPHEMERAL_START - 1
-    low = 20000 if high > 21000 else 1024
+    low, high = _worker_range(20000 if _EPHEMERAL_START > 21001 else 1024, _EPHEMERAL_START - 1)
     for _ in range(200):
         port = _port_choice.randint(low, high)
         if port in _given_ports:
@@ -77,6 +76,21 @@ def free_port() -> int:
         if port not in _given_ports:
             _given_ports.add(port)
             return port
+
+
+def _worker_range(low: int, high: int) -> tuple[int, int]:
+    """The share of ports ``low..high`` of this pytest-xdist worker (``gw3`` of 4 gets the
+    fourth quarter), so that parallel workers never pick the same port at the same moment;
+    the whole range outside xdist."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    try:
+        index, count = int(worker.removeprefix("gw")), int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    except (KeyError, ValueError):
+        return low, high
+    share = (high - low + 1) // max(count, 1)
+    if not 0 <= index < count or share < 100:
+        return low, high
+    return low + index * share, low + (index + 1) * share - 1
 
 
 def _all_threads_stopped(pid: int) -> bool:

@@ -33,7 +33,19 @@ def store(request: pytest.FixtureRequest) -> tuple[str, str]:
 
 
 @pytest.fixture
-def anyio_backend(store: tuple[str, str]) -> str:
+def anyio_backend(
+    store: tuple[str, str], request: pytest.FixtureRequest
+) -> str | tuple[str, dict[str, object]]:
+    """The event loop of *store*. The memory store on trio runs on trio's MockClock,
+    flowing at real speed and jumping ahead whenever every task waits: its leases, TTLs
+    and timeouts all read the loop's clock, so a test that waits out a TTL takes no real
+    time there (anyio's own TTL tests use MockClock too). Tests marked ``real_clock``
+    measure what coord reads from ``time.time()``/``time.monotonic()`` and keep the real
+    clock."""
+    if store == ("memory", "trio") and request.node.get_closest_marker("real_clock") is None:
+        from trio.testing import MockClock
+
+        return "trio", {"clock": MockClock(rate=1.0, autojump_threshold=0)}
     return store[1]
 
 

@@ -221,6 +221,7 @@ async def test_a_deferred_job_comes_back_as_it_was(clients: list[coord.Client]) 
     assert (await queue.stats()).depth == 0
 
 
+@pytest.mark.real_clock
 async def test_backoff_is_waited_for_not_polled(clients: list[coord.Client]) -> None:
     a, _, _, _ = clients
     queue = a.queue("backoff", retry_delay=0.5)

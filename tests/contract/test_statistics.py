@@ -17,6 +17,7 @@ def store(request: pytest.FixtureRequest) -> tuple[str, str]:
     return request.param  # type: ignore[no-any-return]
 
 
+@pytest.mark.real_clock
 async def test_counters_and_histograms_after_a_scripted_sequence(
     clients: list[coord.Client],
 ) -> None:
