@@ -7,7 +7,6 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import sniffio
 from anyio.abc import AsyncResource
 
 from . import _waiters
@@ -27,6 +26,12 @@ if TYPE_CHECKING:
     from ._session import Session
     from ._stats import Histogram
     from .abc import Backend
+
+sniffio: Any
+try:  # not a dependency of anyio >= 4.16; installed wherever trio is (trio needs it)
+    import sniffio
+except ModuleNotFoundError:
+    sniffio = None
 
 __all__ = ["Client", "ClientStatistics", "connect"]
 
@@ -290,8 +295,12 @@ def connect(
 
 
 def _check_event_loop(backend: Backend | type[Backend]) -> None:
-    """Refuse an asyncio-only backend under another event loop (trio)."""
-    if backend.any_event_loop:
+    """Refuse an asyncio-only backend under another event loop (trio).
+
+    Without sniffio trio is not installed either, so only asyncio can be running (anyio's
+    own ``current_async_library`` reasons the same way).
+    """
+    if backend.any_event_loop or sniffio is None:
         return
     try:
         library = sniffio.current_async_library()
