@@ -12,6 +12,7 @@ from anyio.abc import AsyncResource
 from . import _waiters
 from ._election import Election
 from ._exceptions import ClosedError, ConfigurationError
+from ._extras import needs_extra
 from ._keeper import SessionKeeper, SessionStatistics
 from ._mutex import Mutex
 from ._queue import Exhausted, Queue
@@ -284,9 +285,7 @@ def connect(
         module = importlib.import_module(module_name)
     except ImportError as exc:
         extra = _EXTRAS[parsed.scheme]
-        raise ConfigurationError(
-            f"{parsed.scheme}:// needs the {extra!r} extra: pip install 'coord[{extra}]' ({exc})"
-        ) from exc
+        raise ConfigurationError(f"{needs_extra(f'{parsed.scheme}://', extra)} ({exc})") from exc
     backend_class = getattr(module, class_name)
     if not backend_class.any_event_loop:
         _check_event_loop(backend_class)
