@@ -21,6 +21,8 @@ from .._extras import missing_extra, needs_extra
 if TYPE_CHECKING:
     import click
 
+    from ._app import cli  # at run time: __getattr__, below
+
 __all__ = ["cli", "main"]
 
 _EXTRA_MODULES = {"click", "rich"}
