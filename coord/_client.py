@@ -7,12 +7,12 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import sniffio
 from anyio.abc import AsyncResource
 
 from . import _waiters
 from ._election import Election
 from ._exceptions import ClosedError, ConfigurationError
+from ._extras import needs_extra
 from ._keeper import SessionKeeper, SessionStatistics
 from ._mutex import Mutex
 from ._queue import Exhausted, Queue
@@ -27,6 +27,12 @@ if TYPE_CHECKING:
     from ._session import Session
     from ._stats import Histogram
     from .abc import Backend
+
+sniffio: Any
+try:  # not a dependency of anyio >= 4.16; installed wherever trio is (trio needs it)
+    import sniffio
+except ModuleNotFoundError:
+    sniffio = None
 
 __all__ = ["Client", "ClientStatistics", "connect"]
 
@@ -279,9 +285,7 @@ def connect(
         module = importlib.import_module(module_name)
     except ImportError as exc:
         extra = _EXTRAS[parsed.scheme]
-        raise ConfigurationError(
-            f"{parsed.scheme}:// needs the {extra!r} extra: pip install 'coord[{extra}]' ({exc})"
-        ) from exc
+        raise ConfigurationError(f"{needs_extra(f'{parsed.scheme}://', extra)} ({exc})") from exc
     backend_class = getattr(module, class_name)
     if not backend_class.any_event_loop:
         _check_event_loop(backend_class)
@@ -290,8 +294,12 @@ def connect(
 
 
 def _check_event_loop(backend: Backend | type[Backend]) -> None:
-    """Refuse an asyncio-only backend under another event loop (trio)."""
-    if backend.any_event_loop:
+    """Refuse an asyncio-only backend under another event loop (trio).
+
+    Without sniffio trio is not installed either, so only asyncio can be running (anyio's
+    own ``current_async_library`` reasons the same way).
+    """
+    if backend.any_event_loop or sniffio is None:
         return
     try:
         library = sniffio.current_async_library()

@@ -38,11 +38,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError, ProducerFenced, UnknownError, UnsupportedVersionError
 
 from . import _retry
 from ._exceptions import ClaimLost, ConfigurationError, LeadershipLost
+from ._extras import missing_extra
+
+try:
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.errors import KafkaError, ProducerFenced, UnknownError, UnsupportedVersionError
+except ModuleNotFoundError as _missing:
+    raise missing_extra("coord.kafka", "kafka", _missing) from _missing
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping

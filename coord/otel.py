@@ -43,10 +43,14 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from opentelemetry import metrics, trace
-from opentelemetry.trace import Status, StatusCode
-
+from ._extras import missing_extra
 from ._stats import TIME_BUCKETS
+
+try:
+    from opentelemetry import metrics, trace
+    from opentelemetry.trace import Status, StatusCode
+except ModuleNotFoundError as _missing:
+    raise missing_extra("coord.otel", "otel", _missing) from _missing
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable

