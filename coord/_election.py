@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, NoReturn
 import anyio
 
 from . import _keys, _retry
+from ._checks import check_bytes, check_seconds
 from ._exceptions import (
     BackendError,
     BackendUnavailable,
@@ -45,12 +46,6 @@ if TYPE_CHECKING:
 __all__ = ["Election", "Leader", "Term"]
 
 _log = logging.getLogger("coord")
-
-
-def _check_value(value: object) -> bytes:
-    if not isinstance(value, bytes | bytearray | memoryview):
-        raise ConfigurationError(f"a leader's value must be bytes, not {type(value).__name__}")
-    return bytes(value)
 
 
 @dataclass(frozen=True)
@@ -98,8 +93,9 @@ class Term(Hold):
         may or may not have been written.
 
         :raises LeadershipLost: if the term is over (the key is gone, the session lost)
+        :raises TypeError: if *value* is not bytes
         """
-        value = _check_value(value)
+        value = check_bytes(value, "a leader's value")
         session = self._session
         backend = session.backend
         for attempt in _retry.attempts():
@@ -198,9 +194,9 @@ class Election:
         A cancelled or failed campaign leaves no key. A task campaigns once at a time in
         one election (asking again raises :exc:`coord.LockedError`).
 
-        :raises ConfigurationError: if *value* is not bytes (at the call)
+        :raises TypeError: if *value* is not bytes (at the call)
         """
-        return _Campaign(self._source, self._name, _check_value(value))
+        return _Campaign(self._source, self._name, check_bytes(value, "a leader's value"))
 
     async def leader(self) -> Leader | None:
         """The current leader, or None if nobody leads. A checkpoint; one read.
@@ -237,11 +233,14 @@ class Election:
         "leading" line when a term starts and one "stopped leading" line when it ends,
         always in pairs. An exception from *fn* resigns and propagates.
 
-        :raises ConfigurationError: for a bad *value* or *cooldown* (at the call)
+        :raises TypeError: if *fn* is not callable, *value* not bytes or *cooldown* not a
+            number (at the call)
+        :raises ConfigurationError: for a *cooldown* below 0 or not finite (at the call)
         """
-        value = _check_value(value)
-        if isinstance(cooldown, bool) or not isinstance(cooldown, int | float):
-            raise ConfigurationError(f"cooldown must be a number of seconds, not {cooldown!r}")
+        value = check_bytes(value, "a leader's value")
+        if not callable(fn):
+            raise TypeError(f"fn must be an async function, not {type(fn).__name__}")
+        cooldown = check_seconds(cooldown, "cooldown")
         if not (math.isfinite(cooldown) and cooldown >= 0):
             raise ConfigurationError(f"cooldown must be >= 0 seconds, not {cooldown!r}")
         while True:

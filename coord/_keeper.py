@@ -25,6 +25,7 @@ import anyio
 from anyio.abc import AsyncResource, TaskGroup
 
 from . import _retry, _waiters
+from ._checks import check_bool
 from ._exceptions import ClosedError, SessionExpiredError
 from ._session import Session, SessionSource, check_ttl
 from ._stats import Counters
@@ -79,8 +80,7 @@ class SessionKeeper(SessionSource, AsyncResource):
         renew: bool = True,
         identity: dict[str, Any] | None = None,
     ) -> None:
-        if not isinstance(renew, bool):
-            raise TypeError(f"renew must be a bool, not {renew!r}")
+        check_bool(renew, "renew")
         self.identity = identity if identity is not None else _waiters.identity()
         self.counters: Counters = Counters()
         self._backend = backend

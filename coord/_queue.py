@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from . import _claiming, _jobs, _keys, _retry
+from ._checks import check_int, check_seconds, check_str
 from ._exceptions import (
     BackendUnavailable,
     ConfigurationError,
@@ -300,7 +301,9 @@ class Queue:
         attempt 0), in one transaction. A checkpoint.
 
         :raises JobNotFound: if there is no dead letter with that id
+        :raises TypeError: if *job_id* is not a str
         """
+        check_str(job_id, "job_id")
         backend = self._source.backend
         for entry in (await self._source.read(lambda b: b.entries(self._dead))).entries:
             state, payload = _jobs.decode(entry)
@@ -319,7 +322,10 @@ class Queue:
 
     async def unpark(self, key: str | None) -> int:
         """Let the parked jobs of *key* (None: parked jobs without a key) be claimed
-        again, attempt 0. Returns how many were unparked. A checkpoint."""
+        again, attempt 0. Returns how many were unparked. A checkpoint.
+
+        :raises TypeError: if *key* is neither a str nor None
+        """
         key = _jobs.check_key(key)
         backend = self._source.backend
         unparked = 0
@@ -409,12 +415,12 @@ def _abandon(hold: ClaimHold, entry: Entry, pick: _claiming.Pick) -> None:
 def _check_options(
     max_attempts: object, on_exhausted: object, retry_delay: object, max_retry_delay: object
 ) -> None:
-    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+    if check_int(max_attempts, "max_attempts") < 1:
         raise ConfigurationError(f"max_attempts must be an int >= 1, not {max_attempts!r}")
-    if on_exhausted not in ("park", "dead_letter"):
+    if check_str(on_exhausted, "on_exhausted") not in ("park", "dead_letter"):
         raise ConfigurationError(
             f"on_exhausted must be 'park' or 'dead_letter', not {on_exhausted!r}"
         )
     for what, value in (("retry_delay", retry_delay), ("max_retry_delay", max_retry_delay)):
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        if not check_seconds(value, what) >= 0:
             raise ConfigurationError(f"{what} must be a number of seconds >= 0, not {value!r}")

@@ -24,6 +24,7 @@ from anyio.abc import AsyncResource, TaskGroup
 from anyio.lowlevel import checkpoint_if_cancelled
 
 from . import _keys, _retry
+from ._checks import check_seconds
 from ._deferred import Deferred, Start
 from ._exceptions import (
     BackendError,
@@ -62,16 +63,16 @@ _IN_FLIGHT = 32
 
 
 def check_ttl(ttl: object, backend: Backend | None = None) -> float:
-    """Return *ttl* as a float if it is a valid lease TTL, else raise ConfigurationError."""
-    if isinstance(ttl, bool) or not isinstance(ttl, int | float):
-        raise ConfigurationError(f"ttl must be a number of seconds, not {ttl!r}")
+    """Return *ttl* as a float if it is a valid lease TTL, else raise ConfigurationError
+    (TypeError if it is not a number)."""
+    ttl = check_seconds(ttl, "ttl")
     if not math.isfinite(ttl) or ttl <= 0:
         raise ConfigurationError(f"ttl must be a positive number of seconds, not {ttl!r}")
     if backend is not None and ttl > backend.max_ttl:
         raise ConfigurationError(
             f"ttl={ttl:g}s is longer than {type(backend).__name__} allows ({backend.max_ttl:g}s)"
         )
-    return float(ttl)
+    return ttl
 
 
 class SessionSource(ABC):

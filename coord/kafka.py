@@ -42,6 +42,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError, ProducerFenced, UnknownError, UnsupportedVersionError
 
 from . import _retry
+from ._checks import check_str
 from ._exceptions import ClaimLost, ConfigurationError, LeadershipLost
 
 if TYPE_CHECKING:
@@ -116,8 +117,8 @@ class Dispatcher:
     ) -> None:
         if (queue is None) == (source is None):
             raise ConfigurationError("give a Dispatcher exactly one of queue= or source=")
-        if not isinstance(topic, str) or not topic:
-            raise ConfigurationError(f"topic must be a non-empty str, not {topic!r}")
+        if not check_str(topic, "topic"):
+            raise ConfigurationError("topic must not be empty")
         self._client = client
         self._election = client.election(f"{name}/leader")
         self._name = name
