@@ -8,18 +8,14 @@ lost, whose key is deleted or whose lease deadline passes is cancelled and gets
 :exc:`coord.LeadershipLost` — where etcd's ``Campaign`` could report leadership while
 holding no key (etcd #19597) and kazoo's ``Election.run`` never interrupts the leader.
 
-``observe`` reads the head of the queue, then waits for exactly that key to change or go
-(or, with no leader, for any key to appear), and reads again: level-triggered, so it
-reports "no leader" (google/trillian#1387), never the wrong one on batched writes (etcd
-#18163), and an error or a lost history only makes it read again (it never closes on
-its own).
+Who leads, as read by ``leader`` and ``observe``, is in :mod:`coord._leader`.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, NoReturn
 
@@ -35,35 +31,17 @@ from ._exceptions import (
     SessionExpiredError,
 )
 from ._hold import Hold, fence_of
+from ._leader import Leader, Observer
 from ._locking import TaskLock
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
 
     from ._session import SessionSource
-    from .abc import Entry
 
-__all__ = ["Election", "Leader", "Term"]
+__all__ = ["Campaign", "Election", "Term"]
 
 _log = logging.getLogger("coord")
-
-
-@dataclass(frozen=True)
-class Leader:
-    """Who leads an election, as read from the store.
-
-    :ivar key: the leader's candidate key
-    :ivar value: the value it campaigned with (or proclaimed since)
-    :ivar fence: its term's fencing token
-    """
-
-    key: str
-    value: bytes
-    fence: int
-
-    @classmethod
-    def _of(cls, entry: Entry) -> Leader:
-        return cls(entry.key, entry.value, fence_of(entry.revision))
 
 
 class Term(Hold):
@@ -132,8 +110,13 @@ class Term(Hold):
         raise AssertionError("unreachable")  # pragma: no cover
 
 
-class _Campaign(TaskLock):
-    """``async with election.campaign(value) as term``: one candidacy."""
+class Campaign(TaskLock):
+    """One candidacy in an election: what :meth:`Election.campaign` returns.
+
+    Use it with ``async with election.campaign(value) as term:``: entering waits until
+    this client leads and gives the :class:`coord.Term`; the body runs only while it
+    leads; leaving resigns. Made anew for each campaign; one task at a time uses it.
+    """
 
     _what = "election"
     _hold_type = Term
@@ -181,7 +164,7 @@ class Election:
     def __repr__(self) -> str:
         return f"<coord.Election {self._name!r}>"
 
-    def campaign(self, value: bytes) -> _Campaign:
+    def campaign(self, value: bytes) -> Campaign:
         """Campaign with *value*: ``async with election.campaign(value) as term:``.
 
         Entering waits (a checkpoint) until this client leads — candidates lead in the
@@ -196,7 +179,7 @@ class Election:
 
         :raises TypeError: if *value* is not bytes (at the call)
         """
-        return _Campaign(self._source, self._name, check_bytes(value, "a leader's value"))
+        return Campaign(self._source, self._name, check_bytes(value, "a leader's value"))
 
     async def leader(self) -> Leader | None:
         """The current leader, or None if nobody leads. A checkpoint; one read.
@@ -216,7 +199,7 @@ class Election:
         again and carries on); raises :exc:`coord.ClosedError` when the client closes.
         Needs no session of its own.
         """
-        return _Observer(self._source, self._prefix)
+        return Observer(self._source, self._prefix)
 
     async def run(
         self,
@@ -259,54 +242,3 @@ class Election:
                 else:  # fn ended the term itself (e.g. a fenced Kafka producer)
                     _log.warning("coord: %s: %s; campaigning again", self._name, exc)
             await anyio.sleep(cooldown)
-
-
-class _Observer:
-    """The iterator behind :meth:`Election.observe` (not a generator: leaving the loop
-    early leaves nothing to finalize)."""
-
-    def __init__(self, source: SessionSource, prefix: str) -> None:
-        self._source = source
-        self._prefix = prefix
-        self._seen: tuple[Entry | None, int] | None = None  # what was read, at which revision
-        self._last: Leader | None = None
-        self._yielded = False
-
-    def __aiter__(self) -> _Observer:
-        return self
-
-    async def __anext__(self) -> Leader | None:
-        backend = self._source.backend
-        attempt = 0
-        while True:
-            if self._seen is not None:
-                try:
-                    await self._wait(*self._seen)
-                except (BackendError, SessionExpiredError):
-                    # (ZooKeeper refuses reads between a lost session and the next.)
-                    await _retry.backoff(attempt)  # read again, then watch again
-                    attempt += 1
-            try:
-                listing = await backend.entries(self._prefix, limit=1)
-            except (BackendError, SessionExpiredError):
-                await _retry.backoff(attempt)
-                attempt += 1
-                self._seen = None
-                continue
-            attempt = 0
-            head = listing.entries[0] if listing.entries else None
-            self._seen = (head, listing.revision)
-            leader = Leader._of(head) if head is not None else None
-            if not self._yielded or leader != self._last:
-                self._last, self._yielded = leader, True
-                return leader
-
-    async def _wait(self, head: Entry | None, revision: int) -> None:
-        """Until the leader read at *revision* may have changed."""
-        backend = self._source.backend
-        if head is not None:
-            await backend.wait_changed(head, revision=revision)
-            return
-        async with backend.watch(self._prefix, revision=revision) as changes:
-            async for _ in changes:
-                return

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from ._session import Session, SessionSource
     from .abc import Entry, Op
 
-__all__ = ["Exhausted", "Job", "KeyStats", "Queue", "QueueStats"]
+__all__ = ["Claiming", "Exhausted", "Job", "KeyStats", "Queue", "QueueStats"]
 
 _T = TypeVar("_T")
 # A look reads this many of the oldest jobs first (then 8x more, ..., then all), so that
@@ -217,7 +217,7 @@ class Queue:
 
     # -- workers --------------------------------------------------------------------------
 
-    def claim(self) -> _Claiming:
+    def claim(self) -> Claiming:
         """``async with queue.claim() as job:`` waits for the oldest claimable job and
         claims it (see :class:`Queue`). Waiting is a checkpoint, woken by watches. If
         cancelled while waiting, nothing is claimed. On exit: acked if the body ended
@@ -227,7 +227,7 @@ class Queue:
         :raises ClaimLost: from the block, if the claim was lost while it ran (its body
             was cancelled) or its ack was refused
         """
-        return _Claiming(self)
+        return Claiming(self)
 
     async def _claim(self) -> Job:
         while True:
@@ -374,8 +374,14 @@ class Queue:
         return QueueStats(depth, in_flight, parked, dead, per_key)
 
 
-class _Claiming:
-    """``async with queue.claim() as job``."""
+class Claiming:
+    """A claim being made: what :meth:`Queue.claim` returns.
+
+    Use it with ``async with queue.claim() as job:``: entering waits for the oldest
+    claimable job and claims it (a :class:`coord.Job`); leaving acks it, or releases it
+    for a retry if the body raised (see :meth:`Queue.claim`). Good for one block: call
+    ``claim()`` again for the next job.
+    """
 
     def __init__(self, queue: Queue) -> None:
         self._queue = queue
