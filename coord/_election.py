@@ -146,7 +146,7 @@ class Election:
         async with election.campaign(b"host-1") as term:
             await lead(fence=term.fence)   # cancelled if leadership is lost
 
-        await election.run(lead, b"host-1", cooldown=1.0)   # campaign forever
+        await election.run(lead, b"host-1")   # campaign forever
 
     :param session: where the candidate keys' lease comes from
     :param name: slash-separated name
@@ -206,13 +206,16 @@ class Election:
         fn: Callable[[Term], Awaitable[object]],
         value: bytes,
         *,
-        cooldown: float = 0.0,
+        cooldown: float = 1.0,
     ) -> NoReturn:
         """Campaign, run ``fn(term)`` while leading, and campaign again, until cancelled.
 
         After a loss (``fn`` is cancelled, :exc:`coord.LeadershipLost` is logged) or
         after ``fn`` returns (resigning), wait *cooldown* seconds before campaigning
-        again, so that a node that steps down does not win again at once. Logs one
+        again, so that a node that steps down does not win again at once. The default,
+        a second, also keeps a leader whose ``fn`` returns at once (nothing to do yet, a
+        failed precondition) from campaigning in a tight loop, each term writing to the
+        store and logging two lines. 0 campaigns again at once. Logs one
         "leading" line when a term starts and one "stopped leading" line when it ends,
         always in pairs. An exception from *fn* resigns and propagates.
 
