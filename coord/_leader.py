@@ -57,6 +57,7 @@ class Observer:
         return self
 
     async def __anext__(self) -> Leader | None:
+        self._source.check_open()
         backend = self._source.backend
         attempt = 0
         while True:

@@ -101,13 +101,20 @@ class SessionSource(ABC):
         :raises ClosedError: if closed
         """
 
+    @abstractmethod
+    def check_open(self) -> None:
+        """Raise :exc:`ClosedError` (saying why) if it cannot be used now. Not a
+        checkpoint."""
+
     async def read(self, func: Callable[[Backend], Awaitable[_T]]) -> _T:
         """Run the read-only request ``func(backend)``; again, on the next session, if
         the current one is lost under it (ZooKeeper refuses every request between a
         lost session and the next). A checkpoint.
 
         :raises SessionExpiredError: if the session is lost and none will follow
+        :raises ClosedError: if it is not open (see :meth:`check_open`)
         """
+        self.check_open()
         for attempt in _retry.attempts():
             try:
                 return await func(self.backend)
@@ -200,6 +207,10 @@ class Session(SessionSource, AsyncResource):
     async def live(self) -> Session:
         self.check()
         return self
+
+    def check_open(self) -> None:
+        """Nothing to check: reads need only the backend (which says if it is closed),
+        and :meth:`live` checks the session itself."""
 
     def check(self) -> Lease:
         """Return the lease if the session can be used, else raise.
