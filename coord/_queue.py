@@ -54,7 +54,12 @@ _FIRST_LOOK = 32
 
 @dataclass(frozen=True)
 class KeyStats:
-    """One key's jobs: outstanding, claimed, parked."""
+    """One key's jobs (see :attr:`QueueStats.keys`).
+
+    :ivar depth: its jobs outstanding
+    :ivar in_flight: those claimed by a worker now
+    :ivar parked: those parked (waiting for :meth:`Queue.unpark`)
+    """
 
     depth: int = 0
     in_flight: int = 0

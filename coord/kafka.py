@@ -236,7 +236,14 @@ class Dispatcher:
 
 @dataclass(frozen=True)
 class Dropped:
-    """A record :class:`FenceFilter` dropped, and why ("stale fence", "duplicate")."""
+    """A record :class:`FenceFilter` dropped, and why.
+
+    :ivar record: the record (an aiokafka ``ConsumerRecord``)
+    :ivar reason: ``"stale fence"``, ``"duplicate"`` or ``"malformed fence"``
+    :ivar fence: its ``coord-fence`` (0 if malformed)
+    :ivar highest: the highest fence accepted so far on its partition from its
+        dispatcher (0 if malformed)
+    """
 
     record: Any
     reason: str
