@@ -32,6 +32,7 @@ keys; protection for consumers that ignore the headers.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError, ProducerFenced
+from aiokafka.errors import KafkaError, KafkaTimeoutError, ProducerFenced
 
 from . import _retry
 from ._checks import check_str
@@ -61,6 +62,9 @@ _log = logging.getLogger("coord.kafka")
 
 #: The headers every record carries.
 HEADERS = ("coord-fence", "coord-dispatcher", "coord-leader", "coord-job-id")
+
+# How long a commit's answer is waited for, also by a leader being stopped.
+_COMMIT_WAIT = 30.0
 
 
 @dataclass(frozen=True)
@@ -131,7 +135,8 @@ class Dispatcher:
         self._cooldown = cooldown
         who = client.identity
         self._leader = "/".join(str(who[k]) for k in ("host", "pid", "name") if k in who)
-        #: Records published by this process (for tests and statistics).
+        #: Records this dispatcher published: acknowledged by the broker (with
+        #: transactions: committed), counted when the broker's answer arrives.
         self.published: int = 0
 
     def __repr__(self) -> str:
@@ -225,16 +230,40 @@ class Dispatcher:
         ]
         key = message.key.encode() if message.key is not None else None
         if self._transactions is False:
-            await producer.send_and_wait(self._topic, message.value, key=key, headers=headers)
-        else:
-            async with producer.transaction():
-                # The record's own delivery, awaited: a record the broker refused must
-                # fail the transaction, not be committed without it (and the job acked).
-                delivered = await producer.send(
-                    self._topic, message.value, key=key, headers=headers
-                )
-                await delivered
+            delivery = await producer.send(self._topic, message.value, key=key, headers=headers)
+            # Counted when the broker acknowledges it, even if we stop waiting first
+            # (the leader is stopped): the record is the broker's all the same.
+            delivery.add_done_callback(self._count)
+            await asyncio.shield(delivery)
+            return
+        transaction = producer.transaction()
+        await transaction.__aenter__()
+        try:
+            # The record's own delivery, awaited: a record the broker refused must fail
+            # the transaction, not be committed without it (and the job acked).
+            await (await producer.send(self._topic, message.value, key=key, headers=headers))
+        except BaseException as exc:
+            await transaction.__aexit__(type(exc), exc, exc.__traceback__)  # aborts
+            raise
+        await self._commit(transaction)
+
+    async def _commit(self, transaction: Any) -> None:
+        """Commit, and count the record. Once asked, aiokafka commits even if its caller
+        is cancelled: so a cancellation waits for the answer, bounded, so that a
+        committed record is always counted (and its job acked)."""
+        try:
+            with anyio.fail_after(_COMMIT_WAIT, shield=True):
+                await transaction.__aexit__(None, None, None)
+        except TimeoutError:
+            raise KafkaTimeoutError(
+                f"{self._name}: no answer to a commit in {_COMMIT_WAIT:g}s: its outcome is "
+                "unknown (the job is published again; FenceFilter drops a duplicate)"
+            ) from None
         self.published += 1
+
+    def _count(self, delivery: asyncio.Future[Any]) -> None:
+        if not delivery.cancelled() and delivery.exception() is None:
+            self.published += 1
 
 
 for _name in __all__:
