@@ -15,6 +15,7 @@ import anyio.lowlevel
 
 import coord
 from coord.backends.memory import MemoryBackend
+from coord.testing.pytest_plugin import fresh_namespace
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -123,7 +124,7 @@ def test_connect_and_options() -> None:
 
 async def test_factories_and_calls() -> None:
     wrong: list[str] = []
-    async with coord.connect(MEM) as client:
+    async with coord.connect(f"memory://{fresh_namespace()}") as client:
         for what, call, error in _factories(client):
             wrong += _outcome(what, call, error)
         async with client.mutex("m") as hold, client.election("e").campaign(b"me") as term:

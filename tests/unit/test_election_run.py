@@ -9,6 +9,7 @@ import pytest
 from trio.testing import MockClock
 
 import coord
+from coord.testing.pytest_plugin import fresh_namespace
 
 pytestmark = pytest.mark.anyio
 
@@ -30,7 +31,7 @@ async def test_a_leader_that_returns_at_once_campaigns_again_after_a_second() ->
         if len(starts) == 4:
             scope.cancel()  # (only cancellation ends run)
 
-    async with coord.connect("memory://") as client:
+    async with coord.connect(f"memory://{fresh_namespace()}") as client:
         with anyio.fail_after(60), scope:
             await client.election("e").run(lead, b"me")
     gaps = [b - a for a, b in itertools.pairwise(starts)]

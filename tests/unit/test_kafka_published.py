@@ -19,6 +19,7 @@ pytest.importorskip("aiokafka")
 
 import coord
 import coord.kafka
+from coord.testing.pytest_plugin import fresh_namespace
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -102,7 +103,7 @@ async def _one_message() -> AsyncIterator[coord.kafka.Message]:
 
 async def _stop_while(transactions: bool, waiting: Any) -> tuple[FakeProducer, int]:
     """Run a dispatcher until *waiting(producer)*, stop it, then let the broker answer."""
-    async with coord.connect("memory://") as client:
+    async with coord.connect(f"memory://{fresh_namespace()}") as client:
         dispatcher = coord.kafka.Dispatcher(
             client, "d", source=_one_message, topic="t", bootstrap_servers="x:9092",
             transactions=transactions,

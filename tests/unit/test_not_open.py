@@ -9,6 +9,7 @@ import anyio
 import pytest
 
 import coord
+from coord.testing.pytest_plugin import fresh_namespace
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -63,7 +64,7 @@ async def _messages(client: coord.Client) -> dict[str, str]:
 
 
 async def test_before_async_with_it_is_not_open_yet() -> None:
-    client = coord.connect("memory://")
+    client = coord.connect(f"memory://{fresh_namespace()}")
     said = await _messages(client)
     wrong = {
         what: message
@@ -74,7 +75,7 @@ async def test_before_async_with_it_is_not_open_yet() -> None:
 
 
 async def test_after_async_with_it_is_closed() -> None:
-    async with coord.connect("memory://") as client:
+    async with coord.connect(f"memory://{fresh_namespace()}") as client:
         pass
     said = await _messages(client)
     said.pop("session", None)  # (the last session, lost, stays readable after the close)
