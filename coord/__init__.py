@@ -11,8 +11,8 @@ from __future__ import annotations
 from ._client import Client as Client
 from ._client import ClientStatistics as ClientStatistics
 from ._client import connect as connect
+from ._election import Campaign as Campaign
 from ._election import Election as Election
-from ._election import Leader as Leader
 from ._election import Term as Term
 from ._exceptions import BackendError as BackendError
 from ._exceptions import BackendUnavailable as BackendUnavailable
@@ -36,13 +36,16 @@ from ._fencing import fenced_update_sql as fenced_update_sql
 from ._hold import Hold as Hold
 from ._jobs import DeadLetter as DeadLetter
 from ._jobs import JobRef as JobRef
+from ._leader import Leader as Leader
 from ._mutex import Mutex as Mutex
 from ._mutex import MutexStatistics as MutexStatistics
+from ._queue import Claiming as Claiming
 from ._queue import Job as Job
 from ._queue import KeyStats as KeyStats
 from ._queue import Queue as Queue
 from ._queue import QueueStats as QueueStats
 from ._rwlock import RWLock as RWLock
+from ._rwlock import RWLockSide as RWLockSide
 from ._semaphore import Semaphore as Semaphore
 from ._session import Session as Session
 from ._stats import Histogram as Histogram
@@ -51,7 +54,9 @@ from ._waiters import Waiter as Waiter
 __all__ = [
     "BackendError",
     "BackendUnavailable",
+    "Campaign",
     "ClaimLost",
+    "Claiming",
     "Client",
     "ClientStatistics",
     "ClosedError",
@@ -78,6 +83,7 @@ __all__ = [
     "Queue",
     "QueueStats",
     "RWLock",
+    "RWLockSide",
     "ResyncNeeded",
     "Semaphore",
     "Session",

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from anyio.abc import AsyncResource
 
 from . import _waiters
+from ._checks import check_type
 from ._election import Election
 from ._exceptions import ClosedError, ConfigurationError
 from ._extras import needs_extra
@@ -19,6 +20,7 @@ from ._queue import Exhausted, Queue
 from ._rwlock import RWLock
 from ._semaphore import Semaphore
 from ._url import SCHEMES, parse_url
+from .abc import Backend
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -26,7 +28,6 @@ if TYPE_CHECKING:
 
     from ._session import Session
     from ._stats import Histogram
-    from .abc import Backend
 
 sniffio: Any
 try:  # not a dependency of anyio >= 4.16; installed wherever trio is (trio needs it)
@@ -87,6 +88,7 @@ class Client(AsyncResource):
     :param renew: open a new session when the current one is lost
     :param identity: a name for this client, recorded (with host and pid) in every waiter
         key it registers, so that ``await mutex.waiters()`` can say who holds and waits
+    :raises TypeError: for an argument of the wrong type
     :raises ConfigurationError: for a TTL the store does not accept, or a bad identity
     """
 
@@ -98,8 +100,7 @@ class Client(AsyncResource):
         renew: bool = True,
         identity: str | None = None,
     ) -> None:
-        if not isinstance(renew, bool):
-            raise ConfigurationError(f"renew must be True or False, not {renew!r}")
+        check_type(backend, Backend, "backend", "a coord.abc.Backend")
         self._backend = backend
         who = _waiters.identity(_waiters.check_identity(identity))
         self._keeper = SessionKeeper(backend, ttl=ttl, renew=renew, identity=who)
@@ -271,6 +272,7 @@ def connect(
     :param identity: a name for this client, recorded in its waiter keys (see
         :meth:`coord.Mutex.waiters`)
     :param options: backend options (see the backend classes, e.g. TLS files for etcd)
+    :raises TypeError: for an argument or option of the wrong type
     :raises ConfigurationError: for a bad URL, TTL or option, a missing extra, or an
         asyncio-only store used under trio
     """

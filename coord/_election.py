@@ -8,24 +8,21 @@ lost, whose key is deleted or whose lease deadline passes is cancelled and gets
 :exc:`coord.LeadershipLost` — where etcd's ``Campaign`` could report leadership while
 holding no key (etcd #19597) and kazoo's ``Election.run`` never interrupts the leader.
 
-``observe`` reads the head of the queue, then waits for exactly that key to change or go
-(or, with no leader, for any key to appear), and reads again: level-triggered, so it
-reports "no leader" (google/trillian#1387), never the wrong one on batched writes (etcd
-#18163), and an error or a lost history only makes it read again (it never closes on
-its own).
+Who leads, as read by ``leader`` and ``observe``, is in :mod:`coord._leader`.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, NoReturn
 
 import anyio
 
 from . import _keys, _retry
+from ._checks import check_bytes, check_seconds
 from ._exceptions import (
     BackendError,
     BackendUnavailable,
@@ -34,41 +31,17 @@ from ._exceptions import (
     SessionExpiredError,
 )
 from ._hold import Hold, fence_of
+from ._leader import Leader, Observer
 from ._locking import TaskLock
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
 
     from ._session import SessionSource
-    from .abc import Entry
 
-__all__ = ["Election", "Leader", "Term"]
+__all__ = ["Campaign", "Election", "Term"]
 
 _log = logging.getLogger("coord")
-
-
-def _check_value(value: object) -> bytes:
-    if not isinstance(value, bytes | bytearray | memoryview):
-        raise ConfigurationError(f"a leader's value must be bytes, not {type(value).__name__}")
-    return bytes(value)
-
-
-@dataclass(frozen=True)
-class Leader:
-    """Who leads an election, as read from the store.
-
-    :ivar key: the leader's candidate key
-    :ivar value: the value it campaigned with (or proclaimed since)
-    :ivar fence: its term's fencing token
-    """
-
-    key: str
-    value: bytes
-    fence: int
-
-    @classmethod
-    def _of(cls, entry: Entry) -> Leader:
-        return cls(entry.key, entry.value, fence_of(entry.revision))
 
 
 class Term(Hold):
@@ -98,8 +71,9 @@ class Term(Hold):
         may or may not have been written.
 
         :raises LeadershipLost: if the term is over (the key is gone, the session lost)
+        :raises TypeError: if *value* is not bytes
         """
-        value = _check_value(value)
+        value = check_bytes(value, "a leader's value")
         session = self._session
         backend = session.backend
         for attempt in _retry.attempts():
@@ -136,8 +110,13 @@ class Term(Hold):
         raise AssertionError("unreachable")  # pragma: no cover
 
 
-class _Campaign(TaskLock):
-    """``async with election.campaign(value) as term``: one candidacy."""
+class Campaign(TaskLock):
+    """One candidacy in an election: what :meth:`Election.campaign` returns.
+
+    Use it with ``async with election.campaign(value) as term:``: entering waits until
+    this client leads and gives the :class:`coord.Term`; the body runs only while it
+    leads; leaving resigns. Made anew for each campaign; one task at a time uses it.
+    """
 
     _what = "election"
     _hold_type = Term
@@ -167,7 +146,7 @@ class Election:
         async with election.campaign(b"host-1") as term:
             await lead(fence=term.fence)   # cancelled if leadership is lost
 
-        await election.run(lead, b"host-1", cooldown=1.0)   # campaign forever
+        await election.run(lead, b"host-1")   # campaign forever
 
     :param session: where the candidate keys' lease comes from
     :param name: slash-separated name
@@ -185,7 +164,7 @@ class Election:
     def __repr__(self) -> str:
         return f"<coord.Election {self._name!r}>"
 
-    def campaign(self, value: bytes) -> _Campaign:
+    def campaign(self, value: bytes) -> Campaign:
         """Campaign with *value*: ``async with election.campaign(value) as term:``.
 
         Entering waits (a checkpoint) until this client leads — candidates lead in the
@@ -198,9 +177,9 @@ class Election:
         A cancelled or failed campaign leaves no key. A task campaigns once at a time in
         one election (asking again raises :exc:`coord.LockedError`).
 
-        :raises ConfigurationError: if *value* is not bytes (at the call)
+        :raises TypeError: if *value* is not bytes (at the call)
         """
-        return _Campaign(self._source, self._name, _check_value(value))
+        return Campaign(self._source, self._name, check_bytes(value, "a leader's value"))
 
     async def leader(self) -> Leader | None:
         """The current leader, or None if nobody leads. A checkpoint; one read.
@@ -220,28 +199,34 @@ class Election:
         again and carries on); raises :exc:`coord.ClosedError` when the client closes.
         Needs no session of its own.
         """
-        return _Observer(self._source, self._prefix)
+        return Observer(self._source, self._prefix)
 
     async def run(
         self,
         fn: Callable[[Term], Awaitable[object]],
         value: bytes,
         *,
-        cooldown: float = 0.0,
+        cooldown: float = 1.0,
     ) -> NoReturn:
         """Campaign, run ``fn(term)`` while leading, and campaign again, until cancelled.
 
         After a loss (``fn`` is cancelled, :exc:`coord.LeadershipLost` is logged) or
         after ``fn`` returns (resigning), wait *cooldown* seconds before campaigning
-        again, so that a node that steps down does not win again at once. Logs one
+        again, so that a node that steps down does not win again at once. The default,
+        a second, also keeps a leader whose ``fn`` returns at once (nothing to do yet, a
+        failed precondition) from campaigning in a tight loop, each term writing to the
+        store and logging two lines. 0 campaigns again at once. Logs one
         "leading" line when a term starts and one "stopped leading" line when it ends,
         always in pairs. An exception from *fn* resigns and propagates.
 
-        :raises ConfigurationError: for a bad *value* or *cooldown* (at the call)
+        :raises TypeError: if *fn* is not callable, *value* not bytes or *cooldown* not a
+            number (at the call)
+        :raises ConfigurationError: for a *cooldown* below 0 or not finite (at the call)
         """
-        value = _check_value(value)
-        if isinstance(cooldown, bool) or not isinstance(cooldown, int | float):
-            raise ConfigurationError(f"cooldown must be a number of seconds, not {cooldown!r}")
+        value = check_bytes(value, "a leader's value")
+        if not callable(fn):
+            raise TypeError(f"fn must be an async function, not {type(fn).__name__}")
+        cooldown = check_seconds(cooldown, "cooldown")
         if not (math.isfinite(cooldown) and cooldown >= 0):
             raise ConfigurationError(f"cooldown must be >= 0 seconds, not {cooldown!r}")
         while True:
@@ -260,54 +245,3 @@ class Election:
                 else:  # fn ended the term itself (e.g. a fenced Kafka producer)
                     _log.warning("coord: %s: %s; campaigning again", self._name, exc)
             await anyio.sleep(cooldown)
-
-
-class _Observer:
-    """The iterator behind :meth:`Election.observe` (not a generator: leaving the loop
-    early leaves nothing to finalize)."""
-
-    def __init__(self, source: SessionSource, prefix: str) -> None:
-        self._source = source
-        self._prefix = prefix
-        self._seen: tuple[Entry | None, int] | None = None  # what was read, at which revision
-        self._last: Leader | None = None
-        self._yielded = False
-
-    def __aiter__(self) -> _Observer:
-        return self
-
-    async def __anext__(self) -> Leader | None:
-        backend = self._source.backend
-        attempt = 0
-        while True:
-            if self._seen is not None:
-                try:
-                    await self._wait(*self._seen)
-                except (BackendError, SessionExpiredError):
-                    # (ZooKeeper refuses reads between a lost session and the next.)
-                    await _retry.backoff(attempt)  # read again, then watch again
-                    attempt += 1
-            try:
-                listing = await backend.entries(self._prefix, limit=1)
-            except (BackendError, SessionExpiredError):
-                await _retry.backoff(attempt)
-                attempt += 1
-                self._seen = None
-                continue
-            attempt = 0
-            head = listing.entries[0] if listing.entries else None
-            self._seen = (head, listing.revision)
-            leader = Leader._of(head) if head is not None else None
-            if not self._yielded or leader != self._last:
-                self._last, self._yielded = leader, True
-                return leader
-
-    async def _wait(self, head: Entry | None, revision: int) -> None:
-        """Until the leader read at *revision* may have changed."""
-        backend = self._source.backend
-        if head is not None:
-            await backend.wait_changed(head, revision=revision)
-            return
-        async with backend.watch(self._prefix, revision=revision) as changes:
-            async for _ in changes:
-                return

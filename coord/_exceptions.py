@@ -52,7 +52,10 @@ class CoordError(Exception):
 
 
 class ConfigurationError(CoordError, ValueError):
-    """A URL, name or option is invalid. Raised at the call, before anything is written."""
+    """A URL, name or option is invalid. Raised at the call, before anything is written.
+
+    An argument of the wrong *type* raises :exc:`TypeError` instead (as Python's builtins
+    do); this is for a value of the right type that is not valid."""
 
 
 class BackendError(CoordError):

@@ -16,16 +16,17 @@ successor (Kleppmann 2016). The resource must refuse it. Two ways, by where the 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from ._checks import check_bytes, check_int, check_str, check_type
 from ._exceptions import ConfigurationError
+from ._hold import Hold
 from ._keys import check_name
 from .abc import Check, Put
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
-
-    from ._hold import Hold
+    from collections.abc import Sequence
 
 __all__ = ["Cursor", "fenced_put", "fenced_update", "fenced_update_sql"]
 
@@ -60,10 +61,14 @@ async def fenced_put(hold: Hold, key: str, value: bytes) -> None:
     :raises LockLost: if the hold was released or lost (nothing was sent), or the store
         refused the write because the holder's key is gone (nothing was written); for an
         election's term, :exc:`coord.LeadershipLost`
+    :raises TypeError: if *hold* is not a :class:`coord.Hold`, *key* not a str or
+        *value* not bytes
     :raises ConfigurationError: for a key that is not a valid name, is the lock's own
         name or one of its parents, or a waiter key, or a value the store does not take
     """
+    check_type(hold, Hold, "fenced_put: hold", "a coord.Hold")
     check_name(key, what="fenced_put key")
+    value = check_bytes(value, "fenced_put value")
     if hold.name == key or hold.name.startswith(key + "/"):
         # On ZooKeeper that node is a container the server deletes once the lock is
         # idle: the write would be lost. Refused on every store, so code stays portable.
@@ -120,15 +125,18 @@ def fenced_update_sql(
     :param paramstyle: the driver's PEP 249 ``paramstyle`` (``sqlite3.paramstyle`` is
         ``"qmark"``, psycopg's ``"pyformat"``)
     :returns: ``(sql, parameters)``, for ``cursor.execute(sql, parameters)``
+    :raises TypeError: for an identifier that is not a str, *values* or *where* that is
+        not a mapping, or a *fence* that is not an int
     :raises ConfigurationError: for a bad identifier, an empty *where*, a column named
         twice, or an unknown *paramstyle*
     """
+    _check_types(values, where, fence)
     if not where:
         raise ConfigurationError("fenced_update: 'where' must name the row")
     if fence_column in values or fence_column in where:
         raise ConfigurationError(f"fenced_update: {fence_column!r} is set by the fence")
     for name in (table, fence_column, *values, *where):
-        if not _IDENTIFIER.match(name):
+        if not _IDENTIFIER.match(check_str(name, "fenced_update: a SQL name")):
             raise ConfigurationError(f"fenced_update: not a plain SQL name: {name!r}")
     ordered = [*values.values(), fence, *where.values(), fence]
     # Parameter names by position (p1, p2...): a column name may hold a dot.
@@ -141,6 +149,12 @@ def fenced_update_sql(
     if paramstyle in ("named", "pyformat"):
         return sql, dict(params)
     return sql, [value for _, value in params]
+
+
+def _check_types(values: object, where: object, fence: object) -> None:
+    check_type(values, Mapping, "fenced_update: values", "a mapping of columns to values")
+    check_type(where, Mapping, "fenced_update: where", "a mapping of columns to values")
+    check_int(fence, "fenced_update: fence")
 
 
 def _marker(paramstyle: str, name: str, position: int) -> str:

@@ -14,6 +14,7 @@ import struct
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from ._checks import check_bytes
 from ._exceptions import ConfigurationError
 
 if TYPE_CHECKING:
@@ -154,9 +155,7 @@ def check_key(key: object) -> str | None:
 
 def check_payload(payload: object, limit: int) -> bytes:
     """Return *payload* if it is bytes that fit the store with room for the header."""
-    if not isinstance(payload, bytes | bytearray | memoryview):
-        raise TypeError(f"a job payload must be bytes, not {type(payload).__name__}")
-    data = bytes(payload)
+    data = check_bytes(payload, "a job payload")
     room = limit - _HEADER_ROOM
     if len(data) > room:
         raise ConfigurationError(

@@ -25,6 +25,7 @@ import anyio
 from anyio.abc import AsyncResource, TaskGroup
 
 from . import _retry, _waiters
+from ._checks import check_bool
 from ._exceptions import ClosedError, SessionExpiredError
 from ._session import Session, SessionSource, check_ttl
 from ._stats import Counters
@@ -79,8 +80,7 @@ class SessionKeeper(SessionSource, AsyncResource):
         renew: bool = True,
         identity: dict[str, Any] | None = None,
     ) -> None:
-        if not isinstance(renew, bool):
-            raise TypeError(f"renew must be a bool, not {renew!r}")
+        check_bool(renew, "renew")
         self.identity = identity if identity is not None else _waiters.identity()
         self.counters: Counters = Counters()
         self._backend = backend
@@ -106,8 +106,20 @@ class SessionKeeper(SessionSource, AsyncResource):
         :raises ClosedError: before the keeper is open
         """
         if self._current is None:
-            raise ClosedError("the client is not open")
+            self.check_open()
+            raise ClosedError("the client is still opening its first session")
         return self._current
+
+    def check_open(self) -> None:
+        """Raise :exc:`ClosedError` if the client is not open yet or closed. Not a
+        checkpoint."""
+        if self._closing:
+            raise ClosedError("the client is closed")
+        if self._changed is None:
+            raise ClosedError(
+                "the client is not open yet: use it inside "
+                "`async with coord.connect(...) as client:` (or `async with client:`)"
+            )
 
     def describe(self) -> str:
         """The state, for reprs: ``session=<lease id> open``, ``renewing``, ``closed``..."""
@@ -136,11 +148,11 @@ class SessionKeeper(SessionSource, AsyncResource):
         only when it waits.
 
         :raises SessionExpiredError: if the session was lost and ``renew=False``
-        :raises ClosedError: if the client is closed
+        :raises ClosedError: if the client is not open yet, or closed
         """
         while True:
-            if self._closing or self._changed is None:
-                raise ClosedError("the client is closed")
+            self.check_open()
+            assert self._changed is not None
             session = self._current
             if session is not None and not session.lost:
                 return session

@@ -16,6 +16,7 @@ import re
 import uuid
 from typing import TYPE_CHECKING
 
+from ._checks import check_str
 from ._exceptions import ConfigurationError
 
 if TYPE_CHECKING:
@@ -49,10 +50,10 @@ def check_name(name: object, *, what: str = "name") -> str:
 
     :param name: the name to check, e.g. ``"orders/42"``
     :param what: how to call it in the error message
+    :raises TypeError: if *name* is not a str
     :raises ConfigurationError: with a message that says what is wrong
     """
-    if not isinstance(name, str):
-        raise ConfigurationError(f"{what} must be a str, not {type(name).__name__}")
+    name = check_str(name, what)
     if not name:
         raise ConfigurationError(f"{what} must not be empty")
     if len(name) > MAX_NAME_LENGTH:
@@ -103,6 +104,7 @@ def is_waiter(key: str, prefix: str | None = None) -> bool:
 def check_plain_key(key: str, what: str) -> None:
     """Refuse to create a waiter key (or a key under one) by a plain write: only
     ``register`` makes them."""
+    check_str(key, f"{what}: the key")
     if any(segment.startswith(WAITER_MARK) for segment in key.split("/")):
         raise ConfigurationError(
             f"{what} {key!r}: keys with a segment starting with {WAITER_MARK!r} are waiter "

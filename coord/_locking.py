@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from anyio import get_current_task
 
 from . import _keys
+from ._checks import check_bool
 from ._exceptions import LockedError, LockLost, NotOwnerError
 from ._hold import Hold
 from ._turns import EXCLUSIVE, Rule, try_turn, wait_turn
@@ -64,8 +65,7 @@ class TaskLock:
     _what = "lock"
 
     def __init__(self, source: SessionSource, name: str, *, reentrant: bool = False) -> None:
-        if not isinstance(reentrant, bool):
-            raise TypeError(f"reentrant must be a bool, not {reentrant!r}")
+        check_bool(reentrant, "reentrant")
         self._source = source
         self._name = _keys.check_name(name)
         self._prefix = _keys.prefix_of(name)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
+from ._checks import check_int
 from ._cohort import MAX_HANDOFFS, cohort_of
 from ._exceptions import ConfigurationError
 from ._locking import TaskLock
@@ -88,10 +89,8 @@ class Mutex(TaskLock):
         reentrant: bool = False,
         local_handoff: int | None = None,
     ) -> None:
-        if local_handoff is not None and (
-            isinstance(local_handoff, bool)
-            or not isinstance(local_handoff, int)
-            or not 1 <= local_handoff <= MAX_HANDOFFS
+        if local_handoff is not None and not (
+            1 <= check_int(local_handoff, "local_handoff") <= MAX_HANDOFFS
         ):
             raise ConfigurationError(
                 f"local_handoff must be None or an int from 1 to {MAX_HANDOFFS}, "

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from . import _claiming, _jobs, _keys, _retry
+from ._checks import check_int, check_seconds, check_str
 from ._exceptions import (
     BackendUnavailable,
     ConfigurationError,
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
     from ._session import Session, SessionSource
     from .abc import Entry, Op
 
-__all__ = ["Exhausted", "Job", "KeyStats", "Queue", "QueueStats"]
+__all__ = ["Claiming", "Exhausted", "Job", "KeyStats", "Queue", "QueueStats"]
 
 _T = TypeVar("_T")
 # A look reads this many of the oldest jobs first (then 8x more, ..., then all), so that
@@ -53,7 +54,12 @@ _FIRST_LOOK = 32
 
 @dataclass(frozen=True)
 class KeyStats:
-    """One key's jobs: outstanding, claimed, parked."""
+    """One key's jobs (see :attr:`QueueStats.keys`).
+
+    :ivar depth: its jobs outstanding
+    :ivar in_flight: those claimed by a worker now
+    :ivar parked: those parked (waiting for :meth:`Queue.unpark`)
+    """
 
     depth: int = 0
     in_flight: int = 0
@@ -216,7 +222,7 @@ class Queue:
 
     # -- workers --------------------------------------------------------------------------
 
-    def claim(self) -> _Claiming:
+    def claim(self) -> Claiming:
         """``async with queue.claim() as job:`` waits for the oldest claimable job and
         claims it (see :class:`Queue`). Waiting is a checkpoint, woken by watches. If
         cancelled while waiting, nothing is claimed. On exit: acked if the body ended
@@ -226,7 +232,7 @@ class Queue:
         :raises ClaimLost: from the block, if the claim was lost while it ran (its body
             was cancelled) or its ack was refused
         """
-        return _Claiming(self)
+        return Claiming(self)
 
     async def _claim(self) -> Job:
         while True:
@@ -300,7 +306,9 @@ class Queue:
         attempt 0), in one transaction. A checkpoint.
 
         :raises JobNotFound: if there is no dead letter with that id
+        :raises TypeError: if *job_id* is not a str
         """
+        check_str(job_id, "job_id")
         backend = self._source.backend
         for entry in (await self._source.read(lambda b: b.entries(self._dead))).entries:
             state, payload = _jobs.decode(entry)
@@ -319,7 +327,10 @@ class Queue:
 
     async def unpark(self, key: str | None) -> int:
         """Let the parked jobs of *key* (None: parked jobs without a key) be claimed
-        again, attempt 0. Returns how many were unparked. A checkpoint."""
+        again, attempt 0. Returns how many were unparked. A checkpoint.
+
+        :raises TypeError: if *key* is neither a str nor None
+        """
         key = _jobs.check_key(key)
         backend = self._source.backend
         unparked = 0
@@ -368,8 +379,14 @@ class Queue:
         return QueueStats(depth, in_flight, parked, dead, per_key)
 
 
-class _Claiming:
-    """``async with queue.claim() as job``."""
+class Claiming:
+    """A claim being made: what :meth:`Queue.claim` returns.
+
+    Use it with ``async with queue.claim() as job:``: entering waits for the oldest
+    claimable job and claims it (a :class:`coord.Job`); leaving acks it, or releases it
+    for a retry if the body raised (see :meth:`Queue.claim`). Good for one block: call
+    ``claim()`` again for the next job.
+    """
 
     def __init__(self, queue: Queue) -> None:
         self._queue = queue
@@ -409,12 +426,12 @@ def _abandon(hold: ClaimHold, entry: Entry, pick: _claiming.Pick) -> None:
 def _check_options(
     max_attempts: object, on_exhausted: object, retry_delay: object, max_retry_delay: object
 ) -> None:
-    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+    if check_int(max_attempts, "max_attempts") < 1:
         raise ConfigurationError(f"max_attempts must be an int >= 1, not {max_attempts!r}")
-    if on_exhausted not in ("park", "dead_letter"):
+    if check_str(on_exhausted, "on_exhausted") not in ("park", "dead_letter"):
         raise ConfigurationError(
             f"on_exhausted must be 'park' or 'dead_letter', not {on_exhausted!r}"
         )
     for what, value in (("retry_delay", retry_delay), ("max_retry_delay", max_retry_delay)):
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        if not check_seconds(value, what) >= 0:
             raise ConfigurationError(f"{what} must be a number of seconds >= 0, not {value!r}")

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ._session import SessionSource
     from .abc import Entry
 
-__all__ = ["RWLock"]
+__all__ = ["RWLock", "RWLockSide"]
 
 _READER = _keys.WAITER_MARK + "r"
 _WRITER = _keys.EXCLUSIVE_MARK  # also every other recipe's entries (see _keys)
@@ -33,7 +33,15 @@ _WRITER = _keys.EXCLUSIVE_MARK  # also every other recipe's entries (see _keys)
 _READ_RULE = Rule(kind=_WRITER)  # a reader counts only the writers ahead of it
 
 
-class _Side(TaskLock):
+class RWLockSide(TaskLock):
+    """One side of a :class:`coord.RWLock`: ``rw.read`` or ``rw.write``.
+
+    Used like a :class:`coord.Mutex`: ``async with rw.read as hold:``, ``acquire``,
+    ``try_acquire``, ``release``, ``locked``, ``waiters``, ``holders``; a loss raises
+    :exc:`coord.LockLost`. The read side is shared with other readers, the write side
+    is not.
+    """
+
     _mark = ""
 
     def _rule_for(self, entry: Entry) -> Rule:
@@ -48,14 +56,14 @@ class _Side(TaskLock):
         return lambda: f"{mark}{uuid.uuid4().hex}"
 
 
-class _Read(_Side):
+class _Read(RWLockSide):
     _what = "read lock"
     _mark = _READER
     # Only writers count: my turn comes when no writer is ahead of me.
     _rule = _READ_RULE
 
 
-class _Write(_Side):
+class _Write(RWLockSide):
     _what = "write lock"
     _mark = _WRITER
 
@@ -79,12 +87,17 @@ class RWLock:
 
     :param session: where the waiter keys' lease comes from
     :param name: slash-separated name
+    :ivar read: the read side, shared with other readers
+    :ivar write: the write side, held alone
     """
+
+    read: RWLockSide
+    write: RWLockSide
 
     def __init__(self, session: SessionSource, name: str) -> None:
         self._name = _keys.check_name(name)
-        self.read: TaskLock = _Read(session, name)
-        self.write: TaskLock = _Write(session, name)
+        self.read = _Read(session, name)
+        self.write = _Write(session, name)
 
     @property
     def name(self) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from ._checks import check_int
 from ._exceptions import ConfigurationError
 from ._locking import TaskLock
 from ._turns import Rule
@@ -58,9 +59,7 @@ class Semaphore(TaskLock):
     _what = "semaphore"
 
     def __init__(self, session: SessionSource, name: str, limit: int) -> None:
-        if isinstance(limit, bool) or not isinstance(limit, int):
-            raise ConfigurationError(f"limit must be an int, not {limit!r}")
-        if not 1 <= limit <= MAX_LIMIT:
+        if not 1 <= check_int(limit, "limit") <= MAX_LIMIT:
             raise ConfigurationError(f"limit must be between 1 and {MAX_LIMIT}, not {limit}")
         super().__init__(session, name)
         self._limit = limit

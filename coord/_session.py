@@ -24,6 +24,7 @@ from anyio.abc import AsyncResource, TaskGroup
 from anyio.lowlevel import checkpoint_if_cancelled
 
 from . import _keys, _retry
+from ._checks import check_seconds
 from ._deferred import Deferred, Start
 from ._exceptions import (
     BackendError,
@@ -62,16 +63,16 @@ _IN_FLIGHT = 32
 
 
 def check_ttl(ttl: object, backend: Backend | None = None) -> float:
-    """Return *ttl* as a float if it is a valid lease TTL, else raise ConfigurationError."""
-    if isinstance(ttl, bool) or not isinstance(ttl, int | float):
-        raise ConfigurationError(f"ttl must be a number of seconds, not {ttl!r}")
+    """Return *ttl* as a float if it is a valid lease TTL, else raise ConfigurationError
+    (TypeError if it is not a number)."""
+    ttl = check_seconds(ttl, "ttl")
     if not math.isfinite(ttl) or ttl <= 0:
         raise ConfigurationError(f"ttl must be a positive number of seconds, not {ttl!r}")
     if backend is not None and ttl > backend.max_ttl:
         raise ConfigurationError(
             f"ttl={ttl:g}s is longer than {type(backend).__name__} allows ({backend.max_ttl:g}s)"
         )
-    return float(ttl)
+    return ttl
 
 
 class SessionSource(ABC):
@@ -100,13 +101,20 @@ class SessionSource(ABC):
         :raises ClosedError: if closed
         """
 
+    @abstractmethod
+    def check_open(self) -> None:
+        """Raise :exc:`ClosedError` (saying why) if it cannot be used now. Not a
+        checkpoint."""
+
     async def read(self, func: Callable[[Backend], Awaitable[_T]]) -> _T:
         """Run the read-only request ``func(backend)``; again, on the next session, if
         the current one is lost under it (ZooKeeper refuses every request between a
         lost session and the next). A checkpoint.
 
         :raises SessionExpiredError: if the session is lost and none will follow
+        :raises ClosedError: if it is not open (see :meth:`check_open`)
         """
+        self.check_open()
         for attempt in _retry.attempts():
             try:
                 return await func(self.backend)
@@ -199,6 +207,10 @@ class Session(SessionSource, AsyncResource):
     async def live(self) -> Session:
         self.check()
         return self
+
+    def check_open(self) -> None:
+        """Nothing to check: reads need only the backend (which says if it is closed),
+        and :meth:`live` checks the session itself."""
 
     def check(self) -> Lease:
         """Return the lease if the session can be used, else raise.

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote
 
+from ._checks import check_str
 from ._exceptions import ConfigurationError
 from ._keys import check_name
 
@@ -50,9 +51,9 @@ class ParsedURL:
 
 
 def parse_url(url: object) -> ParsedURL:
-    """Parse and check *url*. Raises ConfigurationError saying what is wrong."""
-    if not isinstance(url, str):
-        raise ConfigurationError(f"the URL must be a str, not {type(url).__name__}")
+    """Parse and check *url*. Raises ConfigurationError saying what is wrong (TypeError
+    if it is not a str)."""
+    url = check_str(url, "the URL")
     scheme, sep, rest = url.partition("://")
     if not sep:
         raise ConfigurationError(

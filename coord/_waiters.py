@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ._checks import check_str
 from ._exceptions import ConfigurationError
 from ._hold import fence_of
 
@@ -27,11 +28,11 @@ MAX_IDENTITY_LENGTH = 128
 
 
 def check_identity(name: object) -> str | None:
-    """Return *name* if it is a valid client name (or None), else raise ConfigurationError."""
+    """Return *name* if it is a valid client name (or None), else raise ConfigurationError
+    (TypeError if it is neither a str nor None)."""
     if name is None:
         return None
-    if not isinstance(name, str):
-        raise ConfigurationError(f"identity must be a str, not {type(name).__name__}")
+    name = check_str(name, "identity")
     if not name or len(name) > MAX_IDENTITY_LENGTH or not name.isprintable():
         raise ConfigurationError(
             f"identity must be 1 to {MAX_IDENTITY_LENGTH} printable characters: {name!r}"

@@ -357,7 +357,9 @@ class Backend(AsyncResource):
 
         :raises ConfigurationError: for a waiter key (a last segment starting with
             ``@``): only :meth:`register` creates those, so that :meth:`entries` lists
-            exactly the registered entries on every store
+            exactly the registered entries on every store; or a value over
+            :attr:`max_value_size`
+        :raises TypeError: for a key that is not a str or a value that is not bytes
         """
 
     @abstractmethod
@@ -372,7 +374,9 @@ class Backend(AsyncResource):
         updates a waiter entry (e.g. a leader's proclaimed value), keeping its creation
         revision and its lease; *lease* binds only a key this write creates.
 
-        :raises ConfigurationError: to create (*version* None) a waiter key
+        :raises ConfigurationError: to create (*version* None) a waiter key, or for a
+            value over :attr:`max_value_size`
+        :raises TypeError: for a value that is not bytes
         """
 
     @abstractmethod
@@ -394,6 +398,7 @@ class Backend(AsyncResource):
 
         :raises ConfigurationError: for an op on a key that is not a waiter entry (a Put
             on one that is), a key used twice, or a value over :attr:`max_value_size`
+        :raises TypeError: for a value that is not bytes
         :raises SessionExpiredError: if a Create's lease is lost
         """
 

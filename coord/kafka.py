@@ -32,25 +32,31 @@ keys; protection for consumers that ignore the headers.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections import OrderedDict
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from . import _retry
+from ._checks import check_str
 from ._exceptions import ClaimLost, ConfigurationError, LeadershipLost
 from ._extras import missing_extra
 
 try:
     from aiokafka import AIOKafkaProducer
-    from aiokafka.errors import KafkaError, ProducerFenced, UnknownError, UnsupportedVersionError
+    from aiokafka.errors import KafkaError, KafkaTimeoutError, ProducerFenced
 except ModuleNotFoundError as _missing:
     raise missing_extra("coord.kafka", "kafka", _missing) from _missing
 
+from ._kafka_filter import Dropped as Dropped
+from ._kafka_filter import FenceFilter as FenceFilter
+from ._kafka_log import NO_TRANSACTIONS, probing
+
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
+    from collections.abc import AsyncIterable, Callable, Mapping
 
     from ._client import Client
     from ._election import Term
@@ -63,8 +69,8 @@ _log = logging.getLogger("coord.kafka")
 #: The headers every record carries.
 HEADERS = ("coord-fence", "coord-dispatcher", "coord-leader", "coord-job-id")
 
-# How brokers without transactions answer InitProducerId (Tansu: UnknownError).
-_NO_TRANSACTIONS = (UnsupportedVersionError, UnknownError)
+# How long a commit's answer is waited for, also by a leader being stopped.
+_COMMIT_WAIT = 30.0
 
 
 @dataclass(frozen=True)
@@ -121,8 +127,8 @@ class Dispatcher:
     ) -> None:
         if (queue is None) == (source is None):
             raise ConfigurationError("give a Dispatcher exactly one of queue= or source=")
-        if not isinstance(topic, str) or not topic:
-            raise ConfigurationError(f"topic must be a non-empty str, not {topic!r}")
+        if not check_str(topic, "topic"):
+            raise ConfigurationError("topic must not be empty")
         self._client = client
         self._election = client.election(f"{name}/leader")
         self._name = name
@@ -135,7 +141,8 @@ class Dispatcher:
         self._cooldown = cooldown
         who = client.identity
         self._leader = "/".join(str(who[k]) for k in ("host", "pid", "name") if k in who)
-        #: Records published by this process (for tests and statistics).
+        #: Records this dispatcher published: acknowledged by the broker (with
+        #: transactions: committed), counted when the broker's answer arrives.
         self.published: int = 0
 
     def __repr__(self) -> str:
@@ -176,7 +183,10 @@ class Dispatcher:
         if wanted is not False:
             producer = self._make(transactional=True)
             try:
-                await producer.start()
+                # Probing (wanted is None): coord's warning below is the one line the
+                # user sees on a broker without transactions, not aiokafka's too.
+                with probing() if wanted is None else nullcontext():
+                    await producer.start()
                 return producer
             except ProducerFenced:
                 raise
@@ -184,7 +194,7 @@ class Dispatcher:
                 await producer.stop()
                 # Only an answer that says "no transactions here" turns them off; a
                 # transient error (connection, coordinator moving) is retried instead.
-                if wanted or not isinstance(exc, _NO_TRANSACTIONS):
+                if wanted or not isinstance(exc, NO_TRANSACTIONS):
                     raise
                 _log.warning(
                     "coord: %s: the broker cannot do transactions (%r): publishing without; "
@@ -226,96 +236,40 @@ class Dispatcher:
         ]
         key = message.key.encode() if message.key is not None else None
         if self._transactions is False:
-            await producer.send_and_wait(self._topic, message.value, key=key, headers=headers)
-        else:
-            async with producer.transaction():
-                # The record's own delivery, awaited: a record the broker refused must
-                # fail the transaction, not be committed without it (and the job acked).
-                delivered = await producer.send(
-                    self._topic, message.value, key=key, headers=headers
-                )
-                await delivered
+            delivery = await producer.send(self._topic, message.value, key=key, headers=headers)
+            # Counted when the broker acknowledges it, even if we stop waiting first
+            # (the leader is stopped): the record is the broker's all the same.
+            delivery.add_done_callback(self._count)
+            await asyncio.shield(delivery)
+            return
+        transaction = producer.transaction()
+        await transaction.__aenter__()
+        try:
+            # The record's own delivery, awaited: a record the broker refused must fail
+            # the transaction, not be committed without it (and the job acked).
+            await (await producer.send(self._topic, message.value, key=key, headers=headers))
+        except BaseException as exc:
+            await transaction.__aexit__(type(exc), exc, exc.__traceback__)  # aborts
+            raise
+        await self._commit(transaction)
+
+    async def _commit(self, transaction: Any) -> None:
+        """Commit, and count the record. Once asked, aiokafka commits even if its caller
+        is cancelled: so a cancellation waits for the answer, bounded, so that a
+        committed record is always counted (and its job acked)."""
+        try:
+            with anyio.fail_after(_COMMIT_WAIT, shield=True):
+                await transaction.__aexit__(None, None, None)
+        except TimeoutError:
+            raise KafkaTimeoutError(
+                f"{self._name}: no answer to a commit in {_COMMIT_WAIT:g}s: its outcome is "
+                "unknown (the job is published again; FenceFilter drops a duplicate)"
+            ) from None
         self.published += 1
 
-
-@dataclass(frozen=True)
-class Dropped:
-    """A record :class:`FenceFilter` dropped, and why ("stale fence", "duplicate")."""
-
-    record: Any
-    reason: str
-    fence: int
-    highest: int
-
-
-class FenceFilter:
-    """Drop what a deposed leader published late, and duplicates.
-
-    Keeps, per (topic, partition, ``coord-dispatcher``), the highest ``coord-fence``
-    accepted; a record with a lower fence comes from a leader that had lost its term when
-    it published (it was paused, then resumed): dropped. A record whose fence is not a
-    number is dropped too ("malformed fence"). A record whose ``coord-job-id`` was accepted before
-    (a job published again after a crash or a takeover) is dropped too. Records without
-    coord's headers pass.
-
-    Example::
-
-        fence = coord.kafka.FenceFilter()
-        async for record in fence.filter(consumer):
-            await handle(record)
-        print(fence.dropped)
-
-    :param remember: how many job ids to remember for de-duplication (oldest forgotten)
-    :param on_drop: called with each :class:`Dropped`
-    """
-
-    def __init__(
-        self, *, remember: int = 100_000, on_drop: Callable[[Dropped], None] | None = None
-    ) -> None:
-        self._highest: dict[tuple[str, int, bytes], int] = {}
-        self._seen: OrderedDict[bytes, None] = OrderedDict()
-        self._remember = remember
-        self._on_drop = on_drop
-        #: Every record dropped so far, in order.
-        self.dropped: list[Dropped] = []
-
-    def accept(self, record: Any) -> bool:
-        """Whether to process *record* (an aiokafka ``ConsumerRecord``); remembers it."""
-        headers = dict(record.headers or ())
-        if "coord-fence" not in headers:
-            return True
-        try:
-            fence = int(headers["coord-fence"])
-        except ValueError:
-            return self._drop(Dropped(record, "malformed fence", 0, 0))
-        # Fences of one dispatcher's election are compared; another dispatcher
-        # publishing to the same topic has fences of its own.
-        where = (record.topic, record.partition, headers.get("coord-dispatcher", b""))
-        highest = self._highest.get(where, 0)
-        job_id = headers.get("coord-job-id") or b""
-        if fence < highest:
-            return self._drop(Dropped(record, "stale fence", fence, highest))
-        if job_id and job_id in self._seen:
-            return self._drop(Dropped(record, "duplicate", fence, highest))
-        self._highest[where] = fence
-        if job_id:
-            self._seen[job_id] = None
-            if len(self._seen) > self._remember:
-                self._seen.popitem(last=False)
-        return True
-
-    def _drop(self, dropped: Dropped) -> bool:
-        self.dropped.append(dropped)
-        if self._on_drop is not None:
-            self._on_drop(dropped)
-        return False
-
-    async def filter(self, records: AsyncIterable[Any]) -> AsyncIterator[Any]:
-        """The records of *records* (e.g. an ``AIOKafkaConsumer``) that :meth:`accept`
-        lets through."""
-        async for record in records:
-            if self.accept(record):
-                yield record
+    def _count(self, delivery: asyncio.Future[Any]) -> None:
+        if not delivery.cancelled() and delivery.exception() is None:
+            self.published += 1
 
 
 for _name in __all__:

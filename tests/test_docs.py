@@ -1,20 +1,32 @@
-"""The user guide (docs/, mkdocs.yml): it builds without a warning, and every ```python
-block in it runs.
+"""The docs (README.md and the user guide, docs/ with mkdocs.yml): the guide builds
+without a warning, and every code block either runs as copied or is accounted for.
 
-Each block is a whole program, run as a script in a subprocess of its own. The guide's
-convention: examples call ``coord.connect()`` with no URL, so they read ``COORD_URL``;
-here that is a fresh ``memory://`` store, unless an HTML comment right before the block
-asks for a real server:
+Blocks, by the language of their fence and the HTML comment right before them:
 
-* ``<!-- needs: etcd -->`` or ``<!-- needs: zookeeper -->``: ``COORD_URL`` is a fresh
-  namespace on the test session's server;
-* ``<!-- needs: kafka -->``: ``KAFKA_BOOTSTRAP`` is the test session's broker too;
-* ``<!-- no-run -->``: a fragment on purpose. They are counted (:data:`FRAGMENTS`) so
-  that none is added silently.
+* ``python``: a whole program, run as a script in a subprocess of its own. Examples call
+  ``coord.connect()`` with no URL, so they read ``COORD_URL``: here a fresh
+  ``memory://`` store, unless the comment asks for a real server:
+
+  * ``<!-- needs: etcd -->`` or ``<!-- needs: zookeeper -->``: ``COORD_URL`` is a fresh
+    namespace on the test session's server;
+  * ``<!-- needs: kafka -->``: ``KAFKA_BOOTSTRAP`` is the test session's broker too;
+  * ``<!-- no-run -->``: a fragment on purpose (the README's overview snippets). They
+    are counted (:data:`FRAGMENTS`) so that none is added silently, and compiled.
+
+* ``sh``: run as copied by ``bash -eu`` in a temporary directory; the URLs a block
+  exports must be accepted by ``coord.connect``. Only commands known to be harmless here
+  (:data:`SAFE`) are run: a block that installs or serves says so with
+  ``<!-- no-run: why -->`` (counted in :data:`NOT_RUN`, like any other block the comment
+  marks) and what covers it instead.
+* ``sh`` or ``console`` blocks of ``coord ...`` commands are left to the test of the CLI
+  output shown in the docs (``tests/cli``); this test only recognizes them.
+* ``text``: not code (a layout, a tree).
 """
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import os
 import re
 import subprocess
@@ -26,78 +38,111 @@ import pytest
 
 ROOT = Path(__file__).parent.parent
 DOCS = ROOT / "docs"
+PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
 
-#: The fragments (``<!-- no-run -->`` blocks) the guide has on purpose, per page.
-FRAGMENTS = {"kafka.md": 1}
+#: The python fragments (``<!-- no-run -->``) the docs have on purpose, per page.
+FRAGMENTS = {"README.md": 5, "kafka.md": 1}
+#: The other blocks that are not run (``<!-- no-run: why -->``), per page.
+NOT_RUN = {"README.md": 1, "index.md": 2, "fencing.md": 1}
+
+#: The commands a shell block may run here.
+SAFE = {"export", "echo", "cat", "ls", "mkdir", "cd", "python", "python3"}
 
 _FENCE = re.compile(r"^```(?P<info>[^\n`]*)\n(?P<code>.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
-_MARK = re.compile(r"<!--\s*(?P<mark>no-run|needs:\s*\w+)\s*-->\s*\Z")
+_MARK = re.compile(r"<!--\s*(?P<mark>no-run|needs:\s*\w+)(?::\s*(?P<why>[^>]*?))?\s*-->\s*\Z")
+_EXPORT = re.compile(r"^export (COORD_URL|COORD_ZK_URL)=(\S+)", re.MULTILINE)
 
 
 @dataclass(frozen=True)
 class Block:
     page: str
     line: int
+    language: str
     code: str
     mark: str  # "", "no-run", "etcd", "zookeeper", "kafka"
+    why: str  # what a "no-run: why" says
 
     @property
     def id(self) -> str:
         return f"{self.page}:{self.line}"
 
+    @property
+    def cli(self) -> bool:
+        """A block of ``coord ...`` commands: the CLI output test's."""
+        commands = [line.lstrip("$ ") for line in self.code.splitlines()]
+        return self.language in ("sh", "console") and any(
+            c.split()[:1] == ["coord"] for c in commands
+        )
+
 
 def blocks() -> list[Block]:
-    """Every ```python block of the guide, with the mark of the comment before it."""
+    """Every fenced block of the docs, with the mark of the comment before it."""
     found = []
-    for path in sorted(DOCS.glob("*.md")):
+    for path in PAGES:
         text = path.read_text()
         for match in _FENCE.finditer(text):
-            language = match["info"].split()[0] if match["info"].strip() else ""
-            if language != "python":
-                assert "py" not in language, f"{path.name}: fence {language!r}: use python"
-                continue
             mark = _MARK.search(text[: match.start()].rstrip() + "\n")
-            mark_text = mark["mark"] if mark else ""
             line = text.count("\n", 0, match.start()) + 1
             found.append(
-                Block(path.name, line, match["code"], mark_text.removeprefix("needs:").strip())
+                Block(
+                    path.name,
+                    line,
+                    match["info"].strip(),
+                    match["code"],
+                    mark["mark"].removeprefix("needs:").strip() if mark else "",
+                    (mark["why"] or "") if mark else "",
+                )
             )
     return found
 
 
 BLOCKS = blocks()
-RUNNABLE = [b for b in BLOCKS if b.mark != "no-run"]
+PYTHON = [b for b in BLOCKS if b.language == "python" and b.mark != "no-run"]
+SHELL = [b for b in BLOCKS if b.language == "sh" and not b.cli and b.mark != "no-run"]
 
 
-def test_every_block_runs_or_is_a_counted_fragment() -> None:
-    fragments: dict[str, int] = {}
+def _count(kept: list[Block]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for block in kept:
+        counts[block.page] = counts.get(block.page, 0) + 1
+    return counts
+
+
+def test_every_block_runs_or_is_accounted_for() -> None:
     for block in BLOCKS:
+        assert block.language in ("python", "sh", "console", "text", "sql"), block.id
         assert block.mark in ("", "no-run", "etcd", "zookeeper", "kafka"), block.id
-        if block.mark == "no-run":
-            fragments[block.page] = fragments.get(block.page, 0) + 1
-    assert fragments == FRAGMENTS
-    assert len(RUNNABLE) >= 20, "the guide lost its examples"
+        if block.language != "python":
+            assert block.mark in ("", "no-run"), f"{block.id}: needs: is for python blocks"
+        if block.language in ("console", "sql"):
+            assert block.cli or block.mark == "no-run", f"{block.id}: run it or say why not"
+    fragments = [b for b in BLOCKS if b.language == "python" and b.mark == "no-run"]
+    assert _count(fragments) == FRAGMENTS
+    assert all(not b.why for b in fragments)
+    not_run = [b for b in BLOCKS if b.language != "python" and b.mark == "no-run"]
+    assert _count(not_run) == NOT_RUN
+    assert all(b.why for b in not_run), "say what covers a block that is not run"
+    assert len(PYTHON) >= 20, "the docs lost their examples"
+    assert any(b.page == "README.md" for b in PYTHON), "the README's first example runs"
+    assert any(b.cli for b in BLOCKS), "the CLI blocks are recognized"
 
 
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize(
-    "block",
-    [
-        pytest.param(b, id=b.id, marks=[getattr(pytest.mark, b.mark)] if b.mark else [])
-        for b in RUNNABLE
-    ],
-)
-def test_block_runs(block: Block, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+def _env(block: Block, request: pytest.FixtureRequest) -> dict[str, str]:
     from coord.testing.pytest_plugin import fresh_namespace
 
     env = {**os.environ, "COORD_URL": f"memory://{fresh_namespace()}"}
+    env.pop("KAFKA_BOOTSTRAP", None)
     if block.mark in ("etcd", "zookeeper"):
         env["COORD_URL"] = request.getfixturevalue(f"{block.mark}_url")
     if block.mark == "kafka":
         env["KAFKA_BOOTSTRAP"] = request.getfixturevalue("kafka_broker").bootstrap
+    return env
+
+
+def _run(block: Block, env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
     script = tmp_path / "example.py"
     script.write_text(block.code)
-    result = subprocess.run(
+    return subprocess.run(
         [sys.executable, str(script)],
         capture_output=True,
         text=True,
@@ -105,7 +150,65 @@ def test_block_runs(block: Block, request: pytest.FixtureRequest, tmp_path: Path
         env=env,
         cwd=tmp_path,
     )
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "block",
+    [
+        pytest.param(b, id=b.id, marks=[getattr(pytest.mark, b.mark)] if b.mark else [])
+        for b in PYTHON
+    ],
+)
+def test_block_runs(block: Block, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    result = _run(block, _env(block, request), tmp_path)
     assert result.returncode == 0, f"{block.id}:\n{result.stdout}{result.stderr}"
+
+
+@pytest.mark.parametrize(
+    "block",
+    [b for b in BLOCKS if b.language == "python" and b.mark == "no-run"],
+    ids=lambda b: b.id,
+)
+def test_fragment_is_python(block: Block) -> None:
+    """A fragment does not run alone, but it is Python (``await`` in the open allowed)."""
+    compile(block.code, block.id, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("block", SHELL, ids=lambda b: b.id)
+def test_shell_block_runs(block: Block, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    commands = [c.split()[0] for c in block.code.splitlines() if c.strip()[:1] not in ("", "#")]
+    assert set(commands) <= SAFE, f"{block.id}: mark it <!-- no-run: why --> or extend SAFE"
+    env = _env(block, request)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    result = subprocess.run(
+        ["bash", "-euc", block.code],
+        capture_output=True,
+        text=True,
+        timeout=45,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, f"{block.id}:\n{result.stdout}{result.stderr}"
+    import coord
+
+    for variable, url in _EXPORT.findall(block.code):
+        coord.connect(url)  # raises for a URL coord does not take
+        assert variable != "COORD_ZK_URL" or url.startswith("zk://"), block.id
+
+
+def test_the_kafka_example_without_a_broker_fails_at_once_in_one_line(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Not 30 s of retries and 85 warning lines: one line that says what to set."""
+    (block,) = [b for b in PYTHON if b.mark == "kafka"]
+    result = _run(block, _env(dataclasses.replace(block, mark=""), request), tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "KAFKA_BOOTSTRAP is not set" in result.stderr
+    assert "coord dev" in result.stderr
 
 
 @pytest.mark.timeout(120)

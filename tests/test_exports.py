@@ -3,8 +3,12 @@ top-level package never imports a backend (they load lazily, like anyio's)."""
 
 from __future__ import annotations
 
+import inspect
+import re
 import subprocess
 import sys
+from pathlib import Path
+from typing import TypeVar
 
 import coord
 
@@ -20,6 +24,35 @@ def test_exports_are_exactly_the_public_names() -> None:
     public = {n for n in dir(coord) if n[0] not in "_@" and n != "annotations"}
     modules = {"abc", "backends", "cli", "kafka", "otel", "testing"}
     assert set(coord.__all__) == public - modules
+
+
+def test_what_public_calls_return_is_exported() -> None:
+    """What an editor shows for ``election.campaign(...)``, ``queue.claim()`` or
+    ``rw.read`` is a name the user can import from coord and find in the reference."""
+    assert coord.Election.campaign.__annotations__["return"] == "Campaign"
+    assert coord.Queue.claim.__annotations__["return"] == "Claiming"
+    assert coord.RWLock.__annotations__ == {"read": "RWLockSide", "write": "RWLockSide"}
+    reference = (Path(__file__).parent.parent / "docs" / "reference.md").read_text()
+    private = re.compile(r"(?<![\w.])_[A-Za-z]\w*")
+    found = []
+    for name in coord.__all__:
+        obj = getattr(coord, name)
+        assert f"::: coord.{name}\n" in reference, f"coord.{name} is not in docs/reference.md"
+        if not inspect.isclass(obj):
+            continue
+        annotations = dict(getattr(obj, "__annotations__", {}))
+        for attr, member in vars(obj).items():
+            function = member.fget if isinstance(member, property) else member
+            if (attr[0] != "_" or attr in ("__aenter__", "__aiter__", "__anext__")) and callable(
+                function
+            ):
+                # (a private TypeVar, as in ``read(fn: Callable[..., _T]) -> _T``, is fine)
+                typevars = {k for k, v in function.__globals__.items() if isinstance(v, TypeVar)}
+                returns = function.__annotations__.get("return", "")
+                if set(private.findall(returns)) - typevars:
+                    found.append(f"{name}.{attr}() -> {returns}")
+        found += [f"{name}.{a}: {t}" for a, t in annotations.items() if private.search(str(t))]
+    assert found == []
 
 
 def test_error_tree() -> None:
@@ -59,6 +92,7 @@ RECIPES = [
     "_semaphore",
     "_rwlock",
     "_election",
+    "_leader",
     "_queue",
     "_claiming",
     "_settle",

@@ -18,9 +18,9 @@ __all__ = ["check_ops", "check_value"]
 
 
 def check_value(value: object, limit: int, what: str) -> None:
-    """Refuse a value that is not bytes or is larger than *limit* bytes."""
+    """Refuse a value that is not bytes (TypeError) or is larger than *limit* bytes."""
     if not isinstance(value, bytes):
-        raise ConfigurationError(f"{what}: the value must be bytes, not {type(value).__name__}")
+        raise TypeError(f"{what}: the value must be bytes, not {type(value).__name__}")
     if len(value) > limit:
         raise ConfigurationError(
             f"{what}: the value is {len(value):,} bytes; this store takes at most {limit:,}"

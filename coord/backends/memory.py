@@ -320,6 +320,7 @@ class MemoryBackend(Backend):
     ) -> Entry | None:
         if version is None:
             _keys.check_plain_key(key, "compare_and_set")
+        check_value(value, self.max_value_size, f"compare_and_set {key!r}")
         await self._enter()
         current = self.store._kv.get(key)
         ok = (

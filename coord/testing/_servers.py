@@ -244,8 +244,12 @@ class ServerTLS:
     """PEM files for an etcd server with TLS on its client port.
 
     :ivar ca_file: the CA that signed the server (and client) certificates
+    :ivar cert_file: the server's certificate
+    :ivar key_file: its private key
     :ivar client_cert_auth: require clients to present a certificate signed by the CA;
         then *client_cert* and *client_key* are used for the server's own health checks
+    :ivar client_cert: a client certificate signed by the CA
+    :ivar client_key: its private key
     """
 
     ca_file: str

@@ -320,11 +320,12 @@ async def test_transact_refuses_bad_requests_before_sending(clients: list[coord.
         [Create("c/txbad", wid(), b"")],
         [Create("c/txbad/", "nomark", b"")],
         [Update(entry, b"x" * (backend.max_value_size + 1))],
-        [Update(entry, "text")],  # type: ignore[arg-type]
     ]
     for ops in bad:
         with pytest.raises(coord.ConfigurationError):
             await backend.transact(ops)
+    with pytest.raises(TypeError, match="bytes"):
+        await backend.transact([Update(entry, "text")])  # type: ignore[arg-type]
     assert await backend.get(entry.key) == entry
     with pytest.raises(coord.ConfigurationError, match="at most"):
         await backend.register("c/txbad/", wid(), None, value=b"x" * (backend.max_value_size + 1))

@@ -37,7 +37,7 @@ def test_ttls_within_the_limits_are_accepted() -> None:
 
 
 def test_renew_must_be_a_bool() -> None:
-    with pytest.raises(coord.ConfigurationError, match="renew"):
+    with pytest.raises(TypeError, match="renew"):
         coord.connect("memory://", renew="no")  # type: ignore[arg-type]
 
 

@@ -57,12 +57,13 @@ async def test_every_public_class_has_an_informative_repr() -> None:
         check(semaphore, "<coord.Semaphore 'gpu' limit=4")
         rw = client.rwlock("config")
         check(rw, "<coord.RWLock 'config'>")
-        _informative(rw.read, "'config'", "read lock")
+        seen[coord.RWLockSide] = _informative(rw.read, "'config'", "read lock")
+        _informative(rw.write, "'config'", "write lock")
 
         election = client.election("workers")
         check(election, "<coord.Election 'workers'>")
         campaign = election.campaign(b"node-1")
-        _informative(campaign, "'workers'", "node-1")
+        check(campaign, "'workers'", "node-1")
         async with campaign as term:
             check(term, "<coord.Term 'workers'", f"fence={term.fence}", "leading")
             leader = await election.leader()
@@ -75,7 +76,7 @@ async def test_every_public_class_has_an_informative_repr() -> None:
         claiming = queue.claim()
         async with claiming as job:
             check(job, "<coord.Job", "key='customer-7'", f"fence={job.fence}")
-            _informative(claiming, "'emails'", "<coord.Job")
+            check(claiming, "'emails'", "<coord.Job")
         stats = await queue.stats()
         check(stats, "QueueStats(")
         check(coord.KeyStats(1, 0, 0), "KeyStats(")

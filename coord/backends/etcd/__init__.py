@@ -28,6 +28,7 @@ import anyio
 from aetcd import rpc
 
 from ... import _keys
+from ..._checks import check_bool, check_seconds
 from ..._exceptions import ConfigurationError, EntryGoneError
 from ..._keys import WAITER_MARK
 from ..._url import format_url
@@ -94,8 +95,9 @@ class EtcdBackend(Backend):
         password: str | None = None,
         request_timeout: float = 10.0,
     ) -> None:
-        if not isinstance(request_timeout, int | float) or not request_timeout > 0:
+        if not check_seconds(request_timeout, "request_timeout") > 0:
             raise ConfigurationError(f"request_timeout must be > 0 seconds: {request_timeout!r}")
+        check_bool(tls, "tls")
         use_tls = tls or any(f is not None for f in (ca_file, cert_file, key_file))
         files = TLSFiles(ca_file, cert_file, key_file) if use_tls else None
         self._conn = Connection(
@@ -346,6 +348,7 @@ class EtcdBackend(Backend):
     async def compare_and_set(
         self, key: str, value: bytes, *, version: int | None, lease: Lease | None = None
     ) -> Entry | None:
+        check_value(value, self.max_value_size, f"compare_and_set {key!r}")
         k = self._key(key)
         if version is None:
             _keys.check_plain_key(key, "compare_and_set")

@@ -25,6 +25,7 @@ import anyio
 import grpc
 from aetcd import rpc
 
+from ..._checks import check_type
 from ..._exceptions import (
     BackendError,
     BackendUnavailable,
@@ -80,8 +81,8 @@ class TLSFiles:
     def __post_init__(self) -> None:
         for field in ("ca_file", "cert_file", "key_file"):
             value = getattr(self, field)
-            if value is not None and not isinstance(value, str):
-                raise ConfigurationError(f"{field} must be a path (str), not {value!r}")
+            if value is not None:
+                check_type(value, str, field, "a path (str)")
         if (self.cert_file is None) != (self.key_file is None):
             raise ConfigurationError("cert_file and key_file must be given together")
         for field in ("ca_file", "cert_file", "key_file"):

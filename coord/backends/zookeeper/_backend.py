@@ -367,6 +367,7 @@ class ZooKeeperBackend(FaultHooks, Backend):
         """
         if version is None:
             _keys.check_plain_key(key, "compare_and_set")
+        check_value(value, self.max_value_size, f"compare_and_set {key!r}")
         self._check_open()
         if lease is not None and version is None:
             self._session_of(lease)

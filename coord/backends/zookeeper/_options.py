@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from kazoo.security import ACL, CREATOR_ALL_ACL, OPEN_ACL_UNSAFE
 
+from ..._checks import check_bool, check_seconds
 from ..._exceptions import ConfigurationError
 
 if TYPE_CHECKING:
@@ -40,16 +41,11 @@ class Options:
         connect_timeout: object = 10.0,
     ) -> Options:
         auth_data = _check_auth(auth)
-        if not isinstance(suspended_is_lost, bool):
-            raise ConfigurationError(f"suspended_is_lost must be a bool, not {suspended_is_lost!r}")
-        if (
-            isinstance(connect_timeout, bool)
-            or not isinstance(connect_timeout, int | float)
-            or not math.isfinite(connect_timeout)
-            or connect_timeout <= 0
-        ):
+        lost = check_bool(suspended_is_lost, "suspended_is_lost")
+        timeout = check_seconds(connect_timeout, "connect_timeout")
+        if not math.isfinite(timeout) or timeout <= 0:
             raise ConfigurationError(f"connect_timeout must be > 0 seconds: {connect_timeout!r}")
-        return cls(auth_data, _check_acl(acl, auth_data), suspended_is_lost, float(connect_timeout))
+        return cls(auth_data, _check_acl(acl, auth_data), lost, timeout)
 
 
 def url_options(url: ParsedURL, options: dict[str, Any]) -> dict[str, Any]:
@@ -70,12 +66,9 @@ def url_options(url: ParsedURL, options: dict[str, Any]) -> dict[str, Any]:
 def _check_auth(auth: object) -> tuple[tuple[str, str], ...]:
     if auth is None:
         return ()
-    if (
-        not isinstance(auth, tuple | list)
-        or len(auth) != 2
-        or not all(isinstance(part, str) for part in auth)
-        or not auth[0]
-    ):
+    if not isinstance(auth, tuple | list) or not all(isinstance(part, str) for part in auth):
+        raise TypeError(f"auth must be a (user, password) pair of str, not {auth!r:.40}")
+    if len(auth) != 2 or not auth[0]:
         raise ConfigurationError("auth must be a (user, password) pair of str (digest auth)")
     user, password = auth
     if ":" in user:
@@ -87,11 +80,9 @@ def _check_acl(acl: object, auth_data: Sequence[tuple[str, str]]) -> tuple[Any, 
     if acl is None:
         # With credentials, only this user may touch (read, delete, ...) our nodes.
         return tuple(CREATOR_ALL_ACL if auth_data else OPEN_ACL_UNSAFE)
-    if (
-        not isinstance(acl, tuple | list)
-        or not acl
-        or not all(isinstance(entry, ACL) for entry in acl)
-    ):
+    if not isinstance(acl, tuple | list) or not all(isinstance(entry, ACL) for entry in acl):
+        raise TypeError("acl must be a list of kazoo.security.ACL")
+    if not acl:
         raise ConfigurationError("acl must be a non-empty list of kazoo.security.ACL")
     if not auth_data and any(entry.id.scheme == "auth" for entry in acl):
         raise ConfigurationError("an ACL for the creator ('auth' scheme) needs auth=")

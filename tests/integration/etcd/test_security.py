@@ -47,7 +47,7 @@ async def test_plaintext_client_cannot_talk_to_tls_server(tls_etcd: EtcdServer) 
 def test_tls_options_are_checked_at_the_call() -> None:
     with pytest.raises(coord.ConfigurationError, match="together"):
         coord.connect("etcd://127.0.0.1:2379", cert_file="client.pem")
-    with pytest.raises(coord.ConfigurationError, match="path"):
+    with pytest.raises(TypeError, match="path"):
         coord.connect("etcd://127.0.0.1:2379", ca_file=42)
     with pytest.raises(coord.ConfigurationError, match="unknown etcd option"):
         coord.connect("etcd://127.0.0.1:2379", cafile="ca.pem")

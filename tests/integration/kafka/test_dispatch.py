@@ -4,6 +4,7 @@ transactions where the broker has them; a leader whose producer is fenced ends i
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import anyio
@@ -78,6 +79,28 @@ async def test_leader_publishes_in_order_without_transactions(
     )
     check_records(records, 12)
     assert sorted(d.published for d in dispatchers) == [0, 12]
+
+
+async def test_a_broker_without_transactions_gives_one_line_coords(
+    etcd_url: str, kafka_broker: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The probe's answer is said once, by coord: aiokafka's own ERROR line about it is
+    dropped, for coord's probe only (another producer's start still logs it)."""
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.errors import KafkaError
+
+    caplog.set_level(logging.INFO)
+    records, _ = await publish_and_read(etcd_url, kafka_broker.bootstrap, transactions=None)
+    check_records(records, 12)
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [m for m in said if "InitProducerId" in m] == []
+    assert len([m for m in said if "the broker cannot do transactions" in m]) == 1, said
+    caplog.clear()
+    other = AIOKafkaProducer(bootstrap_servers=kafka_broker.bootstrap, transactional_id="x")
+    with pytest.raises(KafkaError):
+        await other.start()
+    await other.stop()
+    assert "Unexpected error during InitProducerIdRequest" in caplog.text
 
 
 async def test_leader_publishes_transactionally(etcd_url: str, kafka_txn_broker: Any) -> None:

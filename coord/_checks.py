@@ -1,0 +1,51 @@
+"""Checks of the arguments of public calls, made at the call.
+
+The rule (README, "Errors"): an argument of the wrong *type* raises :exc:`TypeError`; one
+of the right type but a bad *value* raises :exc:`coord.ConfigurationError` (a
+:exc:`ValueError`), as Python's builtins do (``int([])`` against ``int("x")``). Each
+helper checks the type only and returns the value; the caller checks its range.
+"""
+
+from __future__ import annotations
+
+__all__ = ["check_bool", "check_bytes", "check_int", "check_seconds", "check_str", "check_type"]
+
+
+def check_type(value: object, kind: type | tuple[type, ...], what: str, expected: str) -> None:
+    """Raise TypeError, saying that *what* must be *expected* (``"a str"``), unless
+    *value* is an instance of *kind*."""
+    if not isinstance(value, kind):
+        raise TypeError(f"{what} must be {expected}, not {type(value).__name__}")
+
+
+def check_str(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+    return value
+
+
+def check_bool(value: object, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{what} must be True or False, not {type(value).__name__}")
+    return value
+
+
+def check_bytes(value: object, what: str) -> bytes:
+    """*value* as bytes (given as bytes, a bytearray or a memoryview)."""
+    if not isinstance(value, bytes | bytearray | memoryview):
+        raise TypeError(f"{what} must be bytes, not {type(value).__name__}")
+    return bytes(value)
+
+
+def check_int(value: object, what: str) -> int:
+    """*value*, an int that is not a bool (``True`` is no count)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int, not {type(value).__name__}")
+    return value
+
+
+def check_seconds(value: object, what: str) -> float:
+    """*value* as a float: a number of seconds (an int or a float, not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{what} must be a number of seconds, not {type(value).__name__}")
+    return float(value)
