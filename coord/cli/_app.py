@@ -30,7 +30,8 @@ def cli(verbose: int) -> None:
     local etcd and ZooKeeper for trying it all.
 
     Commands that talk to a store take --url or read COORD_URL:
-    etcd://host:port[/namespace], zk://host:port[/chroot] or memory://.
+    etcd://host:port[/namespace] or zk://host:port[/chroot] (not memory://, which
+    shares nothing between processes).
 
     \b
     Try it:

@@ -26,6 +26,7 @@ __all__ = [
     "FAILURE",
     "NAME",
     "Interrupt",
+    "OneLineUsageError",
     "Store",
     "fail",
     "identity_in",
@@ -75,10 +76,24 @@ def _check_url(ctx: click.Context, param: click.Parameter, value: str | None) ->
             ctx,
         )
     try:
-        parse_url(value)
+        parsed = parse_url(value)
     except coord.ConfigurationError as exc:
         raise click.BadParameter(str(exc), ctx, param) from None
+    if parsed.scheme == "memory":
+        raise OneLineUsageError(
+            "memory:// is a store inside one process: nothing is shared between processes, "
+            "so a lock taken here would exclude nobody; use etcd:// or zk:// (`coord dev` "
+            "starts both)"
+        )
     return value
+
+
+class OneLineUsageError(click.UsageError):
+    """A usage error shown as one line, ``coord: message`` (exit status 2): for a
+    request that is well-formed but refused."""
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"coord: {self.format_message()}", err=True)
 
 
 def store_options(command: _F) -> _F:
@@ -88,8 +103,8 @@ def store_options(command: _F) -> _F:
         "--url",
         envvar="COORD_URL",
         callback=_check_url,
-        help="The store: etcd://host:port[/namespace], zk://host:port[/chroot] or "
-        "memory:// (default: $COORD_URL).",
+        help="The store: etcd://host:port[/namespace] or zk://host:port[/chroot] "
+        "(default: $COORD_URL). Not memory://: nothing in it is shared between processes.",
     )
     @click.option(
         "--ttl",

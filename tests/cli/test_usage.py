@@ -29,14 +29,18 @@ def offline(tmp_path: Path) -> Coord:
     return cli
 
 
+#: A well-formed URL (usage errors are found before anything connects).
+_NOWHERE = "etcd://127.0.0.1:1"
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["lock", "job", "--", "true"], "no store given: pass --url or set COORD_URL"),
         (["status", "--url", "redis://x"], "unknown URL scheme 'redis'"),
-        (["lock", "--url", "memory://", "a//b", "--", "true"], "has an empty segment"),
-        (["lock", "--url", "memory://", "job"], "Missing argument '-- CMD [ARGS]...'"),
-        (["lock", "--url", "memory://", "--grace", "-1", "job", "--", "true"], "--grace"),
+        (["lock", "--url", _NOWHERE, "a//b", "--", "true"], "has an empty segment"),
+        (["lock", "--url", _NOWHERE, "job"], "Missing argument '-- CMD [ARGS]...'"),
+        (["lock", "--url", _NOWHERE, "--grace", "-1", "job", "--", "true"], "--grace"),
         (["frobnicate"], "No such command 'frobnicate'"),
     ],
 )
@@ -45,6 +49,27 @@ def test_usage_errors_exit_2(offline: Coord, args: list[str], message: str) -> N
     assert done.returncode == 2
     assert message in done.stderr
     assert done.stdout == ""
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["lock", "job", "--", "touch", "ran"],
+        ["elect", "job", "--", "touch", "ran"],
+        ["status"],
+        ["leader", "job"],
+        ["queue", "put", "jobs", "x"],
+    ],
+)
+def test_memory_store_is_refused_in_one_line(offline: Coord, command: list[str]) -> None:
+    offline.env["COORD_URL"] = "memory://"
+    done = offline.run(*command)
+    assert done.returncode == 2
+    assert done.stderr.startswith("coord: memory:// ")
+    assert "nothing is shared between processes" in done.stderr
+    assert len(done.stderr.splitlines()) == 1
+    assert done.stdout == ""
+    assert not (offline.cwd / "ran").exists()
 
 
 def test_unreachable_store_is_one_line_and_exit_1(offline: Coord) -> None:
