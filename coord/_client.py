@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import math
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -244,6 +245,7 @@ def connect(
     ttl: float = 10.0,
     renew: bool = True,
     identity: str | None = None,
+    connect_timeout: float = 10.0,
     **options: Any,
 ) -> Client:
     """Make a client for the store at *url*; use it with ``async with``.
@@ -264,7 +266,12 @@ def connect(
         makes the first loss final
     :param identity: a name for this client, recorded in its waiter keys (see
         :meth:`coord.Mutex.waiters`)
+    :param connect_timeout: how long entering the client waits for the store to answer
+        (in its own protocol: a port of another server fails at once) before raising
+        :exc:`coord.BackendUnavailable`; only the first connection, not the reconnections
+        of a client that lives on through outages. Ignored by ``memory://``.
     :param options: backend options (see the backend classes, e.g. TLS files for etcd)
+    :raises TypeError: for a *connect_timeout* that is not a number
     :raises ConfigurationError: for a bad URL, TTL or option, a missing extra, or an
         asyncio-only store used under trio
     """
@@ -273,6 +280,7 @@ def connect(
         if not url:
             raise ConfigurationError("no URL given and COORD_URL is not set")
     _waiters.check_identity(identity)
+    connect_timeout = _check_connect_timeout(connect_timeout)
     parsed = parse_url(url)
     module_name, class_name = SCHEMES[parsed.scheme]
     try:
@@ -285,8 +293,18 @@ def connect(
     backend_class = getattr(module, class_name)
     if not backend_class.any_event_loop:
         _check_event_loop(backend_class)
+    if parsed.scheme != "memory":
+        options["connect_timeout"] = connect_timeout
     backend: Backend = backend_class.from_url(parsed, **options)
     return Client(backend, ttl=ttl, renew=renew, identity=identity)
+
+
+def _check_connect_timeout(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"connect_timeout must be a number of seconds, not {value!r}")
+    if not 0 < value < math.inf:
+        raise ConfigurationError(f"connect_timeout must be > 0 seconds, not {value!r}")
+    return float(value)
 
 
 def _check_event_loop(backend: Backend | type[Backend]) -> None:

@@ -21,6 +21,7 @@ nested name's keys are never part of its parent's queue.
 from __future__ import annotations
 
 import asyncio
+import math
 from contextlib import asynccontextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +33,7 @@ from ..._exceptions import ConfigurationError, EntryGoneError
 from ..._keys import WAITER_MARK
 from ..._url import format_url
 from ...abc import Backend, Change, Check, Create, Entry, Lease, Listing, Position, Put, Update
-from .._probe import fail_if_all_refuse
+from .._probe import GRPC, first_contact
 from .._txn import check_ops, check_value
 from ._connection import Connection, TLSFiles
 from ._kv import (
@@ -75,6 +76,9 @@ class EtcdBackend(Backend):
     :param password: that user's password
     :param request_timeout: time budget in seconds of one request, retries and failovers
         included
+    :param connect_timeout: how long opening the backend waits for a first answer from a
+        member, in etcd's protocol (only the first connection: later ones are gRPC's,
+        unbounded, under each request's budget)
     """
 
     any_event_loop = False
@@ -93,17 +97,18 @@ class EtcdBackend(Backend):
         username: str | None = None,
         password: str | None = None,
         request_timeout: float = 10.0,
+        connect_timeout: float = 10.0,
     ) -> None:
-        if not isinstance(request_timeout, int | float) or not request_timeout > 0:
-            raise ConfigurationError(f"request_timeout must be > 0 seconds: {request_timeout!r}")
+        self._connect_timeout = _seconds("connect_timeout", connect_timeout)
         use_tls = tls or any(f is not None for f in (ca_file, cert_file, key_file))
         files = TLSFiles(ca_file, cert_file, key_file) if use_tls else None
+        self._tls = files
         self._conn = Connection(
             tuple(endpoints),
             tls=files,
             username=username,
             password=password,
-            request_timeout=float(request_timeout),
+            request_timeout=_seconds("request_timeout", request_timeout),
         )
         self._root = (namespace.strip("/") + "/").encode() if namespace else b""
         self._url = format_url("etcd", endpoints, namespace, username)
@@ -113,7 +118,7 @@ class EtcdBackend(Backend):
     @classmethod
     def from_url(cls, url: ParsedURL, **options: Any) -> EtcdBackend:
         """Build from a parsed ``etcd://`` URL and keyword options (checked here)."""
-        allowed = {"ca_file", "cert_file", "key_file", "tls", "request_timeout"}
+        allowed = {"ca_file", "cert_file", "key_file", "tls", "request_timeout", "connect_timeout"}
         unknown = set(options) - allowed
         if unknown:
             raise ConfigurationError(
@@ -138,7 +143,10 @@ class EtcdBackend(Backend):
             raise ConfigurationError(
                 "the etcd backend runs on asyncio only (its gRPC client is asyncio code)"
             ) from None
-        await fail_if_all_refuse("etcd", self._conn.endpoints)
+        tls = await self._tls.probe_context() if self._tls is not None else None
+        await first_contact(
+            "etcd", GRPC, self._conn.endpoints, connect_timeout=self._connect_timeout, tls=tls
+        )
         await self._conn.open()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
@@ -451,6 +459,13 @@ class EtcdBackend(Backend):
         from ...testing._metrics import watch_messages_sent
 
         return await watch_messages_sent(self._conn.endpoint)
+
+
+def _seconds(name: str, value: object) -> float:
+    """*value*, a duration option, as a float; ConfigurationError if it is not > 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise ConfigurationError(f"{name} must be > 0 seconds: {value!r}")
+    return float(value)
 
 
 def _decoded(keys: Iterable[bytes]) -> Iterator[str]:
