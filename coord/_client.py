@@ -16,6 +16,7 @@ from ._election import Election
 from ._exceptions import ClosedError, ConfigurationError
 from ._keeper import SessionKeeper, SessionStatistics
 from ._mutex import Mutex
+from ._nosession import NoSessions
 from ._queue import Exhausted, Queue
 from ._rwlock import RWLock
 from ._semaphore import Semaphore
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
     from types import TracebackType
 
-    from ._session import Session
+    from ._session import Session, SessionSource
     from ._stats import Histogram
     from .abc import Backend
 
@@ -82,6 +83,8 @@ class Client(AsyncResource):
     :param renew: open a new session when the current one is lost
     :param identity: a name for this client, recorded (with host and pid) in every waiter
         key it registers, so that ``await mutex.waiters()`` can say who holds and waits
+    :param sessions: False for a client that only reads and watches: it opens no session
+        (no lease, no keepalive), and refuses to acquire, campaign or put a job
     :raises ConfigurationError: for a TTL the store does not accept, or a bad identity
     """
 
@@ -92,16 +95,23 @@ class Client(AsyncResource):
         ttl: float = 10.0,
         renew: bool = True,
         identity: str | None = None,
+        sessions: bool = True,
     ) -> None:
         if not isinstance(renew, bool):
             raise ConfigurationError(f"renew must be True or False, not {renew!r}")
+        if not isinstance(sessions, bool):
+            raise TypeError(f"sessions must be True or False, not {sessions!r}")
         self._backend = backend
         who = _waiters.identity(_waiters.check_identity(identity))
         self._keeper = SessionKeeper(backend, ttl=ttl, renew=renew, identity=who)
+        self._source: SessionSource = self._keeper
+        if not sessions:
+            self._source = NoSessions(backend, who, self._keeper.counters)
         self._entered = False
 
     def __repr__(self) -> str:
-        return f"<coord.Client {self._backend.url} {self._keeper.describe()}>"
+        state = self._keeper.describe() if self._source is self._keeper else "no sessions"
+        return f"<coord.Client {self._backend.url} {state}>"
 
     @property
     def backend(self) -> Backend:
@@ -119,7 +129,10 @@ class Client(AsyncResource):
         being opened. Not a checkpoint.
 
         :raises ClosedError: before the client is open
+        :raises ConfigurationError: if the client opens no session (``sessions=False``)
         """
+        if isinstance(self._source, NoSessions):
+            self._source.refuse()
         return self._keeper.current
 
     def sessions(self) -> AsyncIterator[Session]:
@@ -160,7 +173,7 @@ class Client(AsyncResource):
             None: strict FIFO across all tasks, the default)
         :raises ConfigurationError: if *name* or *local_handoff* is not valid
         """
-        return Mutex(self._keeper, name, reentrant=reentrant, local_handoff=local_handoff)
+        return Mutex(self._source, name, reentrant=reentrant, local_handoff=local_handoff)
 
     def semaphore(self, name: str, limit: int) -> Semaphore:
         """A :class:`coord.Semaphore` called *name*: at most *limit* holders at once.
@@ -168,7 +181,7 @@ class Client(AsyncResource):
 
         :raises ConfigurationError: for a bad *name* or *limit*
         """
-        return Semaphore(self._keeper, name, limit)
+        return Semaphore(self._source, name, limit)
 
     def rwlock(self, name: str) -> RWLock:
         """A :class:`coord.RWLock` called *name*: ``async with rw.read`` / ``rw.write``.
@@ -176,7 +189,7 @@ class Client(AsyncResource):
 
         :raises ConfigurationError: if *name* is not a valid name
         """
-        return RWLock(self._keeper, name)
+        return RWLock(self._source, name)
 
     def election(self, name: str) -> Election:
         """A :class:`coord.Election` called *name* on this client's sessions. Not a
@@ -184,7 +197,7 @@ class Client(AsyncResource):
 
         :raises ConfigurationError: if *name* is not a valid name
         """
-        return Election(self._keeper, name)
+        return Election(self._source, name)
 
     def queue(
         self,
@@ -201,7 +214,7 @@ class Client(AsyncResource):
         :raises ConfigurationError: for a bad name or option
         """
         return Queue(
-            self._keeper,
+            self._source,
             name,
             max_attempts=max_attempts,
             on_exhausted=on_exhausted,
@@ -216,7 +229,8 @@ class Client(AsyncResource):
         _check_event_loop(self._backend)
         await self._backend.__aenter__()
         try:
-            await self._keeper.__aenter__()
+            if self._source is self._keeper:
+                await self._keeper.__aenter__()
         except BaseException:
             await self._backend.aclose()
             raise
@@ -246,6 +260,7 @@ def connect(
     renew: bool = True,
     identity: str | None = None,
     connect_timeout: float = 10.0,
+    sessions: bool = True,
     **options: Any,
 ) -> Client:
     """Make a client for the store at *url*; use it with ``async with``.
@@ -270,6 +285,8 @@ def connect(
         (in its own protocol: a port of another server fails at once) before raising
         :exc:`coord.BackendUnavailable`; only the first connection, not the reconnections
         of a client that lives on through outages. Ignored by ``memory://``.
+    :param sessions: False for a client that only reads and watches: it opens no session
+        (see :class:`coord.Client`)
     :param options: backend options (see the backend classes, e.g. TLS files for etcd)
     :raises TypeError: for a *connect_timeout* that is not a number
     :raises ConfigurationError: for a bad URL, TTL or option, a missing extra, or an
@@ -296,7 +313,7 @@ def connect(
     if parsed.scheme != "memory":
         options["connect_timeout"] = connect_timeout
     backend: Backend = backend_class.from_url(parsed, **options)
-    return Client(backend, ttl=ttl, renew=renew, identity=identity)
+    return Client(backend, ttl=ttl, renew=renew, identity=identity, sessions=sessions)
 
 
 def _check_connect_timeout(value: object) -> float:

@@ -75,6 +75,11 @@ def test_connect_timeout_is_checked_at_the_call(
         coord.connect(url, connect_timeout=value)  # type: ignore[arg-type]
 
 
+def test_sessions_must_be_a_bool() -> None:
+    with pytest.raises(TypeError, match="sessions"):
+        coord.connect("memory://", sessions="no")  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("scheme", ["etcd", "zk"])
 async def test_a_listener_that_never_answers_fails_within_the_connect_timeout(
     scheme: str,
