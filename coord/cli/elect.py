@@ -13,13 +13,12 @@ from ._common import (
     FAILURE,
     NAME,
     Interrupt,
-    Store,
     identity_in,
     run,
     show_identity,
-    store_options,
     waiting,
 )
+from ._store import Store, read_options, store_options
 from .lock import GRACE, lost_how, run_holding
 
 if TYPE_CHECKING:
@@ -101,7 +100,7 @@ async def _campaigning(election: coord.Election) -> str:
 @click.argument("name", callback=NAME)
 @click.option("--watch", is_flag=True, help="Follow every change until Ctrl-C.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
-@store_options
+@read_options
 def leader(store: Store, name: str, watch: bool, as_json: bool) -> None:
     """Show who leads the election NAME: its value and term fence.
 

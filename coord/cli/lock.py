@@ -13,13 +13,12 @@ from ._common import (
     FAILURE,
     NAME,
     Interrupt,
-    Store,
     release,
     run,
     show_identity,
-    store_options,
     waiting,
 )
+from ._store import Store, store_options
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -12,7 +12,8 @@ import click
 from coord import _jobs
 from coord._waiters import parse_identity
 
-from ._common import NAME, Store, identity_in, run, show_identity, store_options
+from ._common import NAME, identity_in, run, show_identity
+from ._store import Store, read_options, store_options
 
 if TYPE_CHECKING:
     import coord
@@ -53,7 +54,7 @@ def put(store: Store, name: str, payload: str | None, key: str | None) -> None:
 @queue.command(name="ls")
 @click.argument("name", callback=NAME)
 @_JSON
-@store_options
+@read_options
 def ls(store: Store, name: str, as_json: bool) -> None:
     """List the jobs of queue NAME in put order: id, key, attempt, state (ready,
     claimed, parked, retry at HH:MM:SS), payload size, and who claims it."""
@@ -110,7 +111,7 @@ async def _jobs_of(client: coord.Client, name: str) -> list[dict[str, Any]]:
 @queue.command()
 @click.argument("name", callback=NAME)
 @_JSON
-@store_options
+@read_options
 def dlq(store: Store, name: str, as_json: bool) -> None:
     """List the dead letters of queue NAME: id, key, attempts, last error."""
 

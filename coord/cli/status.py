@@ -13,7 +13,8 @@ import click
 import coord
 
 from . import _snapshot
-from ._common import Store, run, show_identity, store_options
+from ._common import run, show_identity
+from ._store import Store, read_options
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -31,7 +32,7 @@ RESCAN = 2.0
 @click.argument("prefix", default="")
 @click.option("--json", "as_json", is_flag=True, help="JSON for scripts (schema below).")
 @click.option("--watch", is_flag=True, help="Show it again at every change, until Ctrl-C.")
-@store_options
+@read_options
 def status(store: Store, prefix: str, as_json: bool, watch: bool) -> None:
     """List the mutexes, semaphores, read-write locks, elections and queues at or under
     PREFIX (default: everything), with who holds and who waits, in order: fence and
