@@ -5,6 +5,9 @@ the other kind is named at once, a server that never answers fails after
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
+import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -88,6 +91,67 @@ def test_a_server_of_the_other_kind_is_named_in_one_line_within_2s(
         line = _one_line(done.stderr)
         assert f"{url.partition('://')[2]} does not speak " in line
         assert said in line
+
+
+@pytest.fixture
+def half_zookeeper() -> Iterator[int]:
+    """A port that answers ZooKeeper's ``isro`` as a server would, and closes every
+    session handshake: kazoo retries, and logs, until coord gives up."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            with connection:
+                if connection.recv(64).startswith(b"isro"):
+                    connection.sendall(b"rw")
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        listener.close()
+
+
+def test_kazoos_own_warnings_do_not_reach_stderr(cli: Coord, half_zookeeper: int) -> None:
+    url = f"zk://127.0.0.1:{half_zookeeper}"
+    done = cli.run("status", "--url", url, "--connect-timeout", "1")
+    assert done.returncode == 1
+    assert _one_line(done.stderr).endswith("answered, but no session was opened within 1s")
+    verbose = cli.run("-v", "status", "--url", url, "--connect-timeout", "1")
+    assert "kazoo.client: Failed connecting to Zookeeper" in verbose.stderr  # it did log
+
+
+@pytest.mark.etcd
+def test_a_librarys_warnings_do_not_reach_stderr_on_etcd(cli: Coord, silent_port: int) -> None:
+    """Whatever a library logs while coord fails (here gRPC's and asyncio's loggers, made
+    to log as the command connects), stderr has coord's one line."""
+    noisy = (
+        "import logging, warnings, coord.backends.etcd as etcd, coord.cli\n"
+        "enter = etcd.EtcdBackend.__aenter__\n"
+        "async def noisy(self):\n"
+        "    logging.getLogger('grpc._cython.cygrpc').warning('gRPC says something')\n"
+        "    logging.getLogger('asyncio').error('asyncio says something')\n"
+        "    warnings.warn('a library is deprecated', DeprecationWarning, stacklevel=1)\n"
+        "    return await enter(self)\n"
+        "etcd.EtcdBackend.__aenter__ = noisy\n"
+        "coord.cli.main()\n"
+    )
+    url = f"etcd://127.0.0.1:{silent_port}"
+    for verbose in ([], ["-v"]):
+        argv = [sys.executable, "-W", "always", "-c", noisy, *verbose, "status", "--url", url]
+        done = subprocess.run(
+            [*argv, "--connect-timeout", "0.5"], capture_output=True, text=True, timeout=15
+        )
+        assert done.returncode == 1
+        if not verbose:
+            _one_line(done.stderr)
+            continue
+        for said in ("gRPC says something", "asyncio says something", "is deprecated"):
+            assert said in done.stderr  # they did log
 
 
 @pytest.mark.etcd

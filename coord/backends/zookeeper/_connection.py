@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from kazoo import exceptions as kz
 from kazoo.client import KazooClient
+from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 from kazoo.retry import KazooRetry
 
@@ -161,7 +162,12 @@ class Connection:
         with anyio.CancelScope(shield=True):
             try:
                 client = await anyio.to_thread.run_sync(self._start_client, session_timeout)
-            except Exception as exc:  # kazoo's start times out, or refuses its arguments
+            except KazooTimeoutError as exc:
+                raise BackendUnavailable(
+                    f"cannot connect to ZooKeeper: {self.hosts} answered, but no session was "
+                    f"opened within {self._connect_timeout:g}s"
+                ) from exc
+            except Exception as exc:  # kazoo refuses its arguments, ...
                 raise translate(exc, "connect", closed=False, ended=False) from exc
         client, client_id, negotiated = client
         self.client, self.timeout, self.ended = client, session_timeout, False
