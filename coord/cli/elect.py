@@ -19,7 +19,7 @@ from ._common import (
     waiting,
 )
 from ._store import Store, read_options, store_options
-from .lock import GRACE, lost_how, run_holding
+from .lock import GRACE, WrapsCommand, lost_how, run_holding
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -33,7 +33,7 @@ __all__ = ["CANDIDATE", "elect", "leader"]
 CANDIDATE = "candidate"
 
 
-@click.command()
+@click.command(cls=WrapsCommand)
 @click.argument("name", callback=NAME)
 @click.argument("command", nargs=-1, required=True, metavar="-- CMD [ARGS]...")
 @click.option(

@@ -41,6 +41,11 @@ _NOWHERE = "etcd://127.0.0.1:1"
         (["lock", "--url", _NOWHERE, "a//b", "--", "true"], "has an empty segment"),
         (["lock", "--url", _NOWHERE, "job"], "Missing argument '-- CMD [ARGS]...'"),
         (["lock", "--url", _NOWHERE, "--grace", "-1", "job", "--", "true"], "--grace"),
+        (["lock", "--url", _NOWHERE, "demo", "ls", "-l"], "put -- before it: coord lock NAME"),
+        (["elect", "--url", _NOWHERE, "demo", "ls", "-l"], "put -- before it: coord elect"),
+        (["lock", "--url", _NOWHERE, "--", "sleep", "1"], "NAME is missing: it goes before --"),
+        (["elect", "--url", _NOWHERE, "--", "sleep", "1"], "NAME is missing"),
+        (["lock", "--url", _NOWHERE, "--", "sleep"], "NAME is missing"),
         (["frobnicate"], "No such command 'frobnicate'"),
     ],
 )
