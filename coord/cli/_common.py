@@ -24,6 +24,7 @@ __all__ = [
     "FAILURE",
     "NAME",
     "Interrupt",
+    "count",
     "fail",
     "identity_in",
     "release",
@@ -104,6 +105,11 @@ def fail(message: str) -> NoReturn:
     """Print ``coord: message`` on stderr and exit 1."""
     click.echo(f"coord: {message}", err=True)
     sys.exit(FAILURE)
+
+
+def count(number: int, noun: str) -> str:
+    """``1 job``, ``2 jobs``."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
 def identity_in(who: Mapping[str, Any]) -> dict[str, Any]:
