@@ -36,10 +36,10 @@ def cli(verbose: int) -> None:
 
     \b
     Try it:
-        coord dev                              # terminal 1: local servers
-        export COORD_URL=etcd://127.0.0.1:...  # the line coord dev prints
-        coord lock demo -- sleep 10            # terminals 2 and 3
-        coord status                           # terminal 4: holder and waiter
+        coord dev                               # terminal 1: local servers
+        export COORD_URL=etcd://127.0.0.1:2379  # the line coord dev prints
+        coord lock demo -- sleep 10             # terminals 2 and 3
+        coord status                            # terminal 4: holder and waiter
 
     Exit status: the wrapped command's, 1 for a failure (one line on stderr), 2 for a
     usage error, 128+N after signal N.
