@@ -30,7 +30,7 @@ RESCAN = 2.0
 
 @click.command()
 @click.argument("prefix", default="")
-@click.option("--json", "as_json", is_flag=True, help="JSON for scripts (schema below).")
+@click.option("--json", "as_json", is_flag=True, help="JSON for scripts (the schema is above).")
 @click.option("--watch", is_flag=True, help="Show it again at every change, until Ctrl-C.")
 @read_options
 def status(store: Store, prefix: str, as_json: bool, watch: bool) -> None:

@@ -18,15 +18,18 @@ from pathlib import Path
 import pytest
 
 from coord.cli.dev import EXPORTS, STANDARD_PORTS
-from coord.testing import EtcdServer, ServerNotFound, ZooKeeperServer, free_port
+from coord.testing import EtcdServer, ServerNotFound, TansuBroker, ZooKeeperServer, free_port
 from coord.testing._kafka import api_versions_ok
 
 
-def _need_servers() -> None:
-    """Skip loudly when etcd or ZooKeeper is not installed (fail under CI)."""
+def _need_servers(*, kafka: bool = False) -> None:
+    """Skip loudly when etcd or ZooKeeper (or, if asked, Tansu) is not installed (fail
+    under CI)."""
     try:
         EtcdServer().close()
         ZooKeeperServer().close()
+        if kafka:
+            TansuBroker().close()
     except ServerNotFound as exc:
         if os.environ.get("CI"):
             pytest.fail(f"{exc} (CI is set: a missing server fails the run)")

@@ -129,3 +129,10 @@ def test_import_coord_does_not_import_the_cli_libraries() -> None:
     code = "import sys, coord; print(sorted(m for m in ('click', 'rich') if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout == "[]\n"
+
+
+def test_status_help_points_at_the_json_schema_where_it_is(offline: Coord) -> None:
+    text = offline.run("status", "--help").stdout
+    description, _, options = text.partition("\nOptions:\n")
+    assert '{"version": 1, "prefix": PREFIX, "objects": [...]}' in description
+    assert "JSON for scripts (the schema is above)." in options
