@@ -27,11 +27,6 @@ _SCHEMES = [
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"  # aetcd's gRPC is asyncio-only
-
-
-@pytest.fixture
 def proxy(request: pytest.FixtureRequest, scheme: str) -> Iterator[TcpProxy]:
     """A proxy in front of the test session's server for *scheme* (both started and
     stopped outside the event loop)."""
