@@ -153,7 +153,7 @@ async def _check(member: _Member, protocol: Protocol, tls: ssl.SSLContext | None
         return False
     if protocol.recognise(answer):
         return True
-    what = f"it answered {answer[:24]!r}" if answer else "it closed the connection at once"
+    what = f"it answered {answer[:24]!r}" if answer else "it closed the connection unanswered"
     member.problem = f"{member} does not speak {protocol.name} ({what})"
     found = await _identify(member, protocol)
     if found is not None:
@@ -165,7 +165,7 @@ def _reason(exc: OSError) -> str:
     """Why a connection failed: "Connection refused" rather than anyio's "All connection
     attempts failed" (the refusals are its cause)."""
     cause = exc.__cause__
-    if isinstance(cause, OSError) and cause.errno:
+    if isinstance(cause, OSError) and not isinstance(cause, ssl.SSLError) and cause.errno:
         return os.strerror(cause.errno)
     return exc.strerror or str(exc)
 

@@ -83,3 +83,17 @@ async def test_a_client_outlives_an_outage_longer_than_its_connect_timeout(
             async with client.mutex("after") as hold:
                 assert client.session is not first
                 assert hold.fence > 0
+
+
+@pytest.mark.etcd
+async def test_tls_to_a_plain_etcd_fails_at_once(etcd_server: EtcdServer) -> None:
+    # (TLS to an etcd that speaks it: tests/integration/etcd/test_security.py.)
+    started = anyio.current_time()
+    with pytest.raises(coord.BackendUnavailable) as info:
+        async with coord.connect(etcd_server.url, tls=True, connect_timeout=10):
+            pass
+    assert anyio.current_time() - started < 2
+    assert str(info.value) == (
+        f"cannot connect to etcd: {etcd_server.endpoint}: the connection was closed during "
+        "the TLS handshake"
+    )
