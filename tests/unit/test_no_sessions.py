@@ -27,9 +27,7 @@ async def test_it_reads_and_watches_and_grants_no_lease() -> None:
             coord.connect(url, sessions=False) as reader,
         ):
             assert "no sessions" in repr(reader)
-            assert [w.identity.get("name") for w in await reader.mutex("m").waiters()] == [
-                "worker"
-            ]
+            assert [w.identity.get("name") for w in await reader.mutex("m").waiters()] == ["worker"]
             leader = await reader.election("e").leader()
             assert leader is not None
             assert leader.value == b"me"
