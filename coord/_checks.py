@@ -8,7 +8,19 @@ helper checks the type only and returns the value; the caller checks its range.
 
 from __future__ import annotations
 
-__all__ = ["check_bool", "check_bytes", "check_int", "check_seconds", "check_str", "check_type"]
+import math
+
+from ._exceptions import ConfigurationError
+
+__all__ = [
+    "check_bool",
+    "check_bytes",
+    "check_duration",
+    "check_int",
+    "check_seconds",
+    "check_str",
+    "check_type",
+]
 
 
 def check_type(value: object, kind: type | tuple[type, ...], what: str, expected: str) -> None:
@@ -49,3 +61,12 @@ def check_seconds(value: object, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{what} must be a number of seconds, not {type(value).__name__}")
     return float(value)
+
+
+def check_duration(value: object, what: str) -> float:
+    """*value*, a protocol duration (a timeout), as a float: TypeError if it is not a
+    number of seconds, ConfigurationError unless it is > 0 and finite."""
+    seconds = check_seconds(value, what)
+    if not 0 < seconds < math.inf:
+        raise ConfigurationError(f"{what} must be > 0 seconds, not {value!r}")
+    return seconds

@@ -10,12 +10,13 @@ from typing import TYPE_CHECKING, Any
 from anyio.abc import AsyncResource
 
 from . import _waiters
-from ._checks import check_type
+from ._checks import check_bool, check_duration, check_type
 from ._election import Election
 from ._exceptions import ClosedError, ConfigurationError
 from ._extras import needs_extra
 from ._keeper import SessionKeeper, SessionStatistics
 from ._mutex import Mutex
+from ._nosession import NoSessions
 from ._queue import Exhausted, Queue
 from ._rwlock import RWLock
 from ._semaphore import Semaphore
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
     from types import TracebackType
 
-    from ._session import Session
+    from ._session import Session, SessionSource
     from ._stats import Histogram
 
 sniffio: Any
@@ -89,6 +90,8 @@ class Client(AsyncResource):
     :param identity: a name for this client, recorded (with host and pid) in every waiter
         key it registers, so that ``await mutex.waiters()`` can say who holds and waits
     :raises TypeError: for an argument of the wrong type
+    :param sessions: False for a client that only reads and watches: it opens no session
+        (no lease, no keepalive), and refuses to acquire, campaign or put a job
     :raises ConfigurationError: for a TTL the store does not accept, or a bad identity
     """
 
@@ -99,15 +102,21 @@ class Client(AsyncResource):
         ttl: float = 10.0,
         renew: bool = True,
         identity: str | None = None,
+        sessions: bool = True,
     ) -> None:
         check_type(backend, Backend, "backend", "a coord.abc.Backend")
+        check_bool(sessions, "sessions")
         self._backend = backend
         who = _waiters.identity(_waiters.check_identity(identity))
         self._keeper = SessionKeeper(backend, ttl=ttl, renew=renew, identity=who)
+        self._source: SessionSource = self._keeper
+        if not sessions:
+            self._source = NoSessions(backend, who, self._keeper.counters)
         self._entered = False
 
     def __repr__(self) -> str:
-        return f"<coord.Client {self._backend.url} {self._keeper.describe()}>"
+        state = self._keeper.describe() if self._source is self._keeper else "no sessions"
+        return f"<coord.Client {self._backend.url} {state}>"
 
     @property
     def backend(self) -> Backend:
@@ -125,7 +134,10 @@ class Client(AsyncResource):
         being opened. Not a checkpoint.
 
         :raises ClosedError: before the client is open
+        :raises ConfigurationError: if the client opens no session (``sessions=False``)
         """
+        if isinstance(self._source, NoSessions):
+            self._source.refuse()
         return self._keeper.current
 
     def sessions(self) -> AsyncIterator[Session]:
@@ -166,7 +178,7 @@ class Client(AsyncResource):
             None: strict FIFO across all tasks, the default)
         :raises ConfigurationError: if *name* or *local_handoff* is not valid
         """
-        return Mutex(self._keeper, name, reentrant=reentrant, local_handoff=local_handoff)
+        return Mutex(self._source, name, reentrant=reentrant, local_handoff=local_handoff)
 
     def semaphore(self, name: str, limit: int) -> Semaphore:
         """A :class:`coord.Semaphore` called *name*: at most *limit* holders at once.
@@ -174,7 +186,7 @@ class Client(AsyncResource):
 
         :raises ConfigurationError: for a bad *name* or *limit*
         """
-        return Semaphore(self._keeper, name, limit)
+        return Semaphore(self._source, name, limit)
 
     def rwlock(self, name: str) -> RWLock:
         """A :class:`coord.RWLock` called *name*: ``async with rw.read`` / ``rw.write``.
@@ -182,7 +194,7 @@ class Client(AsyncResource):
 
         :raises ConfigurationError: if *name* is not a valid name
         """
-        return RWLock(self._keeper, name)
+        return RWLock(self._source, name)
 
     def election(self, name: str) -> Election:
         """A :class:`coord.Election` called *name* on this client's sessions. Not a
@@ -190,7 +202,7 @@ class Client(AsyncResource):
 
         :raises ConfigurationError: if *name* is not a valid name
         """
-        return Election(self._keeper, name)
+        return Election(self._source, name)
 
     def queue(
         self,
@@ -207,7 +219,7 @@ class Client(AsyncResource):
         :raises ConfigurationError: for a bad name or option
         """
         return Queue(
-            self._keeper,
+            self._source,
             name,
             max_attempts=max_attempts,
             on_exhausted=on_exhausted,
@@ -222,7 +234,10 @@ class Client(AsyncResource):
         _check_event_loop(self._backend)
         await self._backend.__aenter__()
         try:
-            await self._keeper.__aenter__()
+            if isinstance(self._source, NoSessions):
+                self._source.open()
+            else:
+                await self._keeper.__aenter__()
         except BaseException:
             await self._backend.aclose()
             raise
@@ -239,6 +254,8 @@ class Client(AsyncResource):
     async def aclose(self) -> None:
         """Close the session (holders are cancelled and told first, then the lease is
         revoked) and the connection. Shielded."""
+        if isinstance(self._source, NoSessions):
+            self._source.close()
         try:
             await self._keeper.aclose()
         finally:
@@ -251,6 +268,8 @@ def connect(
     ttl: float = 10.0,
     renew: bool = True,
     identity: str | None = None,
+    connect_timeout: float = 10.0,
+    sessions: bool = True,
     **options: Any,
 ) -> Client:
     """Make a client for the store at *url*; use it with ``async with``.
@@ -271,6 +290,12 @@ def connect(
         makes the first loss final
     :param identity: a name for this client, recorded in its waiter keys (see
         :meth:`coord.Mutex.waiters`)
+    :param connect_timeout: how long entering the client waits for the store to answer
+        (in its own protocol: a port of another server fails at once) before raising
+        :exc:`coord.BackendUnavailable`; only the first connection, not the reconnections
+        of a client that lives on through outages. Ignored by ``memory://``.
+    :param sessions: False for a client that only reads and watches: it opens no session
+        (see :class:`coord.Client`)
     :param options: backend options (see the backend classes, e.g. TLS files for etcd)
     :raises TypeError: for an argument or option of the wrong type
     :raises ConfigurationError: for a bad URL, TTL or option, a missing extra, or an
@@ -281,6 +306,7 @@ def connect(
         if not url:
             raise ConfigurationError("no URL given and COORD_URL is not set")
     _waiters.check_identity(identity)
+    connect_timeout = check_duration(connect_timeout, "connect_timeout")
     parsed = parse_url(url)
     module_name, class_name = SCHEMES[parsed.scheme]
     try:
@@ -291,8 +317,10 @@ def connect(
     backend_class = getattr(module, class_name)
     if not backend_class.any_event_loop:
         _check_event_loop(backend_class)
+    if parsed.scheme != "memory":
+        options["connect_timeout"] = connect_timeout
     backend: Backend = backend_class.from_url(parsed, **options)
-    return Client(backend, ttl=ttl, renew=renew, identity=identity)
+    return Client(backend, ttl=ttl, renew=renew, identity=identity, sessions=sessions)
 
 
 def _check_event_loop(backend: Backend | type[Backend]) -> None:

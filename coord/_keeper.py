@@ -27,7 +27,7 @@ from anyio.abc import AsyncResource, TaskGroup
 from . import _retry, _waiters
 from ._checks import check_bool
 from ._exceptions import ClosedError, SessionExpiredError
-from ._session import Session, SessionSource, check_ttl
+from ._session import NOT_OPEN, Session, SessionSource, check_ttl
 from ._stats import Counters
 
 if TYPE_CHECKING:
@@ -116,10 +116,7 @@ class SessionKeeper(SessionSource, AsyncResource):
         if self._closing:
             raise ClosedError("the client is closed")
         if self._changed is None:
-            raise ClosedError(
-                "the client is not open yet: use it inside "
-                "`async with coord.connect(...) as client:` (or `async with client:`)"
-            )
+            raise ClosedError(NOT_OPEN)
 
     def describe(self) -> str:
         """The state, for reprs: ``session=<lease id> open``, ``renewing``, ``closed``..."""

@@ -44,7 +44,13 @@ if TYPE_CHECKING:
 
     from .abc import Backend, Lease, Position
 
-__all__ = ["Session", "SessionSource", "check_ttl"]
+#: What using a client before ``async with`` says.
+NOT_OPEN = (
+    "the client is not open yet: use it inside "
+    "`async with coord.connect(...) as client:` (or `async with client:`)"
+)
+
+__all__ = ["NOT_OPEN", "Session", "SessionSource", "check_ttl"]
 
 _T = TypeVar("_T")
 

@@ -3,8 +3,8 @@
 Installed with the ``cli`` extra (``pip install 'coord[cli]'``, which brings click and
 rich); ``import coord`` never imports it. Run ``coord --help``, or ``python -m coord.cli``.
 One module per command group: :mod:`.lock`, :mod:`.elect`, :mod:`.status`, :mod:`.queue`,
-:mod:`.dev`; :mod:`._common` holds what they share (store options, errors, exit codes),
-:mod:`._child` runs the wrapped command.
+:mod:`.dev`; :mod:`._store` holds the store options, :mod:`._common` the rest of what
+they share (errors, exit codes, signals), :mod:`._child` runs the wrapped command.
 
 This module imports click only when the command runs or ``cli`` is read: the ``coord``
 script is installed with coord itself, extra or not, and without the extra it says so in

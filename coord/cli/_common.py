@@ -1,21 +1,19 @@
-"""What the commands share: the store options, running a coroutine with one-line errors
-and signal handling, exit codes, and how an identity is shown."""
+"""What the commands share: running a coroutine with one-line errors and signal handling,
+exit codes, names, and how an identity is shown (the store options are in :mod:`._store`)."""
 
 from __future__ import annotations
 
-import functools
 import signal
 import sys
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import anyio
 import click
 
 import coord
 from coord._keys import check_name
-from coord._url import parse_url
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -26,17 +24,14 @@ __all__ = [
     "FAILURE",
     "NAME",
     "Interrupt",
-    "Store",
+    "count",
     "fail",
     "identity_in",
     "release",
     "run",
     "show_identity",
-    "store_options",
     "waiting",
 ]
-
-_F = TypeVar("_F", bound="Callable[..., Any]")
 
 #: Exit status for a failure (usage errors exit 2, by click).
 FAILURE = 1
@@ -51,65 +46,6 @@ def _check_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
 
 #: ``callback=NAME`` checks a coordination name (``orders/42``) before anything connects.
 NAME = _check_name
-
-
-@dataclass(frozen=True)
-class Store:
-    """Where to connect and as whom: from ``--url``/``COORD_URL``, ``--ttl`` and
-    ``--identity``."""
-
-    url: str
-    ttl: float
-    identity: str | None
-
-    def connect(self) -> coord.Client:
-        """An unopened client for this store (use it with ``async with``)."""
-        return coord.connect(self.url, ttl=self.ttl, identity=self.identity)
-
-
-def _check_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
-    if not value:
-        raise click.UsageError(
-            "no store given: pass --url or set COORD_URL (e.g. etcd://127.0.0.1:2379/myapp; "
-            "`coord dev` starts a local etcd and ZooKeeper)",
-            ctx,
-        )
-    try:
-        parse_url(value)
-    except coord.ConfigurationError as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
-    return value
-
-
-def store_options(command: _F) -> _F:
-    """Add ``--url``, ``--ttl`` and ``--identity``; the command gets ``store: Store``."""
-
-    @click.option(
-        "--url",
-        envvar="COORD_URL",
-        callback=_check_url,
-        help="The store: etcd://host:port[/namespace], zk://host:port[/chroot] or "
-        "memory:// (default: $COORD_URL).",
-    )
-    @click.option(
-        "--ttl",
-        type=click.FloatRange(min=1),
-        default=10.0,
-        show_default=True,
-        help="Seconds the store keeps this process's keys after it stops answering.",
-    )
-    @click.option(
-        "--identity",
-        "--name",
-        "identity",
-        metavar="TEXT",
-        help="A name recorded with host and pid in this process's keys (shown by status).",
-    )
-    @functools.wraps(command)
-    def wrapper(url: str, ttl: float, identity: str | None, **kwargs: Any) -> Any:
-        return command(store=Store(url, ttl, identity), **kwargs)
-
-    return wrapper  # type: ignore[return-value]
 
 
 @dataclass
@@ -169,6 +105,11 @@ def fail(message: str) -> NoReturn:
     """Print ``coord: message`` on stderr and exit 1."""
     click.echo(f"coord: {message}", err=True)
     sys.exit(FAILURE)
+
+
+def count(number: int, noun: str) -> str:
+    """``1 job``, ``2 jobs``."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
 def identity_in(who: Mapping[str, Any]) -> dict[str, Any]:

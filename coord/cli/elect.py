@@ -13,14 +13,13 @@ from ._common import (
     FAILURE,
     NAME,
     Interrupt,
-    Store,
     identity_in,
     run,
     show_identity,
-    store_options,
     waiting,
 )
-from .lock import GRACE, lost_how, run_holding
+from ._store import Store, read_options, store_options
+from .lock import GRACE, WrapsCommand, lost_how, run_holding
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -34,7 +33,7 @@ __all__ = ["CANDIDATE", "elect", "leader"]
 CANDIDATE = "candidate"
 
 
-@click.command()
+@click.command(cls=WrapsCommand)
 @click.argument("name", callback=NAME)
 @click.argument("command", nargs=-1, required=True, metavar="-- CMD [ARGS]...")
 @click.option(
@@ -101,7 +100,7 @@ async def _campaigning(election: coord.Election) -> str:
 @click.argument("name", callback=NAME)
 @click.option("--watch", is_flag=True, help="Follow every change until Ctrl-C.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
-@store_options
+@read_options
 def leader(store: Store, name: str, watch: bool, as_json: bool) -> None:
     """Show who leads the election NAME: its value and term fence.
 

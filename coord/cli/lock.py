@@ -13,20 +13,19 @@ from ._common import (
     FAILURE,
     NAME,
     Interrupt,
-    Store,
     release,
     run,
     show_identity,
-    store_options,
     waiting,
 )
+from ._store import Store, store_options
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from coord._locking import TaskLock
 
-__all__ = ["GRACE", "lock", "lost_how", "run_holding", "who_holds"]
+__all__ = ["GRACE", "WrapsCommand", "lock", "lost_how", "run_holding", "who_holds"]
 
 GRACE = click.option(
     "--grace",
@@ -37,7 +36,49 @@ GRACE = click.option(
 )
 
 
-@click.command()
+class WrapsCommand(click.Command):
+    """A command that runs another, ``coord CMD [OPTIONS] NAME -- CMD [ARGS]...``: the two
+    usage errors that come from where ``--`` is are said as such (exit status 2).
+
+    * CMD's own options taken for coord's (``coord lock demo ls -l``): the error says
+      that they go after ``--``;
+    * NAME left out (``coord lock -- sleep 1``): everything after ``--`` is CMD, so
+      NAME must come before it; otherwise ``sleep`` would be the name and ``1`` the
+      command (found missing, exit 127).
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        given = list(args)
+        try:
+            rest = super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            if "--" in given:
+                raise
+            hint = f"To give options to the command, put -- before it: coord {ctx.info_name}"
+            message = f"{exc.message} {hint} NAME -- CMD [ARGS]..."
+            raise click.NoSuchOption(exc.option_name, message, exc.possibilities, ctx) from None
+        except click.MissingParameter:
+            _check_name_before_dashes(ctx, given)
+            raise
+        _check_name_before_dashes(ctx, given)
+        return rest
+
+
+def _check_name_before_dashes(ctx: click.Context, given: list[str]) -> None:
+    """Raise a usage error if NAME was taken from after ``--`` (so it was left out)."""
+    if "--" not in given:
+        return
+    after = given[given.index("--") + 1 :]
+    command = ctx.params.get("command") or ()
+    if after and after[0] == ctx.params.get("name") and len(after) == len(command) + 1:
+        raise click.UsageError(
+            f"NAME is missing: it goes before --, and everything after -- is the command "
+            f"(here {after[0]!r} would be taken for NAME)",
+            ctx,
+        )
+
+
+@click.command(cls=WrapsCommand)
 @click.argument("name", callback=NAME)
 @click.argument("command", nargs=-1, required=True, metavar="-- CMD [ARGS]...")
 @click.option("--try", "try_", is_flag=True, help="Fail at once (exit 1) if NAME is taken.")
@@ -51,6 +92,8 @@ def lock(store: Store, name: str, command: tuple[str, ...], try_: bool, grace: f
     the fence strictly increases from holder to holder, so a store that CMD writes to
     can refuse a stale holder's writes. The lock is held until CMD and every process it
     started have exited.
+
+    NAME goes before --, and CMD's own options after it.
 
     If the lock is lost while CMD runs (the session expired, or the key was deleted),
     CMD and every process it started get SIGTERM (SIGKILL after --grace seconds) and

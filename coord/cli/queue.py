@@ -12,7 +12,8 @@ import click
 from coord import _jobs
 from coord._waiters import parse_identity
 
-from ._common import NAME, Store, identity_in, run, show_identity, store_options
+from ._common import NAME, count, identity_in, run, show_identity
+from ._store import OneLineUsageError, Store, read_options, store_options
 
 if TYPE_CHECKING:
     import coord
@@ -38,8 +39,20 @@ def queue() -> None:
 @store_options
 def put(store: Store, name: str, payload: str | None, key: str | None) -> None:
     """Append a job with PAYLOAD (text; '-' or none: read it from stdin) to queue NAME
-    and print its id."""
-    data = sys.stdin.buffer.read() if payload in (None, "-") else payload.encode()
+    and print its id.
+
+    Nothing on stdin is refused (exit 2): an empty job is queued only when asked for,
+    as an empty PAYLOAD ('').
+    """
+    if payload in (None, "-"):
+        data = sys.stdin.buffer.read()
+        if not data:
+            raise OneLineUsageError(
+                "nothing on stdin to put: an empty job is queued only when asked for, "
+                f"as an empty PAYLOAD (coord queue put {name} '')"
+            )
+    else:
+        data = payload.encode()
 
     async def main(_: object) -> int:
         async with store.connect() as client:
@@ -53,25 +66,32 @@ def put(store: Store, name: str, payload: str | None, key: str | None) -> None:
 @queue.command(name="ls")
 @click.argument("name", callback=NAME)
 @_JSON
-@store_options
+@read_options
 def ls(store: Store, name: str, as_json: bool) -> None:
     """List the jobs of queue NAME in put order: id, key, attempt, state (ready,
-    claimed, parked, retry at HH:MM:SS), payload size, and who claims it."""
+    claimed, parked, retry at HH:MM:SS, or waiting behind the earlier job of its key,
+    which runs first), payload size, and who claims it."""
 
     async def main(_: object) -> int:
         async with store.connect() as client:
             jobs = await _jobs_of(client, name)
         if as_json:
             click.echo(json.dumps(jobs, indent=2))
+        elif not jobs:
+            click.echo(f"no jobs in queue {name}")
         for job in [] if as_json else jobs:
             who = f"  by {show_identity(job['claimed_by'])}" if job["claimed_by"] else ""
             click.echo(
-                f"{job['id']}  key={job['key'] or '-'}  attempt={job['attempt']}  {job['state']}"
-                f"  {job['size']} bytes{who}"
+                f"{job['id']}  key={job['key'] or '-'}  attempt={job['attempt']}  "
+                f"{_state(job)}  {count(job['size'], 'byte')}{who}"
             )
         return 0
 
     run(main)
+
+
+def _state(job: dict[str, Any]) -> str:
+    return f"waiting behind {job['behind']}" if job["behind"] else job["state"]
 
 
 async def _jobs_of(client: coord.Client, name: str) -> list[dict[str, Any]]:
@@ -81,24 +101,19 @@ async def _jobs_of(client: coord.Client, name: str) -> list[dict[str, Any]]:
         _jobs.id_of(e.key): identity_in(parse_identity(e.value))
         for e in (await backend.entries(f"{name}/_claims/")).entries
     }
+    first_of_key: dict[str, str] = {}  # a key's oldest job runs first, the others wait
     jobs = []
     for entry in entries:
         state, payload = _jobs.decode(entry)
         claimed = state.claim is not None and state.claim in claims
-        if state.parked:
-            what = "parked"
-        elif claimed:
-            what = "claimed"
-        elif state.not_before > time.time():
-            what = "retry at " + time.strftime("%H:%M:%S", time.localtime(state.not_before))
-        else:
-            what = "ready"
+        behind = first_of_key.setdefault(state.key, state.id) if state.key else state.id
         jobs.append(
             {
                 "id": state.id,
                 "key": state.key,
                 "attempt": state.attempt,
-                "state": what,
+                "state": _what(state, claimed, waiting=behind != state.id),
+                "behind": behind if behind != state.id else None,
                 "error": state.error,
                 "size": len(payload),
                 "claimed_by": claims.get(state.claim or "", {}) if claimed else {},
@@ -107,10 +122,22 @@ async def _jobs_of(client: coord.Client, name: str) -> list[dict[str, Any]]:
     return jobs
 
 
+def _what(state: _jobs.State, claimed: bool, *, waiting: bool) -> str:
+    if state.parked:
+        return "parked"
+    if claimed:
+        return "claimed"
+    if waiting:
+        return "waiting"
+    if state.not_before > time.time():
+        return "retry at " + time.strftime("%H:%M:%S", time.localtime(state.not_before))
+    return "ready"
+
+
 @queue.command()
 @click.argument("name", callback=NAME)
 @_JSON
-@store_options
+@read_options
 def dlq(store: Store, name: str, as_json: bool) -> None:
     """List the dead letters of queue NAME: id, key, attempts, last error."""
 
@@ -129,6 +156,8 @@ def dlq(store: Store, name: str, as_json: bool) -> None:
         ]
         if as_json:
             click.echo(json.dumps(records, indent=2))
+        elif not records:
+            click.echo(f"no dead letters in queue {name}")
         for r in [] if as_json else records:
             key = r["key"] or "-"
             click.echo(f"{r['id']}  key={key}  attempts={r['attempts']}  error={r['error']}")

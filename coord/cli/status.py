@@ -13,7 +13,8 @@ import click
 import coord
 
 from . import _snapshot
-from ._common import Store, run, show_identity, store_options
+from ._common import count, run, show_identity
+from ._store import Store, read_options
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -29,9 +30,9 @@ RESCAN = 2.0
 
 @click.command()
 @click.argument("prefix", default="")
-@click.option("--json", "as_json", is_flag=True, help="JSON for scripts (schema below).")
+@click.option("--json", "as_json", is_flag=True, help="JSON for scripts (the schema is above).")
 @click.option("--watch", is_flag=True, help="Show it again at every change, until Ctrl-C.")
-@store_options
+@read_options
 def status(store: Store, prefix: str, as_json: bool, watch: bool) -> None:
     """List the mutexes, semaphores, read-write locks, elections and queues at or under
     PREFIX (default: everything), with who holds and who waits, in order: fence and
@@ -83,7 +84,11 @@ def _print(snapshot: _snapshot.Snapshot, *, as_json: bool, stamp: bool = False) 
     else:
         if stamp:
             click.echo(f"--- {time.strftime('%H:%M:%S')}")
-        click.echo("\n".join(_lines(snapshot)) or f"nothing under {snapshot.prefix!r}")
+        click.echo("\n".join(_lines(snapshot)) or _nothing(snapshot.prefix))
+
+
+def _nothing(prefix: str) -> str:
+    return f"nothing under {prefix}/" if prefix else "nothing in the store"
 
 
 def _lines(snapshot: _snapshot.Snapshot) -> Iterator[str]:
@@ -91,8 +96,9 @@ def _lines(snapshot: _snapshot.Snapshot) -> Iterator[str]:
     for obj in snapshot.objects:
         if obj["kind"] == "queue":
             yield (
-                f"queue {obj['name']}: {obj['depth']} jobs, {obj['in_flight']} in flight, "
-                f"{obj['parked']} parked, {obj['dead']} dead, {obj['idle_workers']} idle workers"
+                f"queue {obj['name']}: {count(obj['depth'], 'job')}, {obj['in_flight']} in "
+                f"flight, {obj['parked']} parked, {obj['dead']} dead, "
+                f"{count(obj['idle_workers'], 'idle worker')}"
             )
             for claim in obj["claims"]:
                 yield f"  claims  fence {claim['fence']}  job {claim['job']}  {_who(claim)}"
@@ -141,7 +147,8 @@ def _table(snapshot: _snapshot.Snapshot) -> Table:
         table.add_column(column)
     for obj in snapshot.objects:
         if obj["kind"] == "queue":
-            summary = f"{obj['depth']} jobs, {obj['in_flight']} in flight, {obj['dead']} dead"
+            jobs = count(obj["depth"], "job")
+            summary = f"{jobs}, {obj['in_flight']} in flight, {obj['dead']} dead"
             table.add_row(obj["name"], "queue", summary, "", f"{obj['idle_workers']} idle", "")
             for claim in obj["claims"]:
                 table.add_row(

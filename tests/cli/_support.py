@@ -65,8 +65,15 @@ class Coord:
         return found[0]["entries"] if found else []
 
     def close(self) -> None:
+        """Stop what was started: SIGTERM first, so that a ``coord lock`` stops its
+        command too (a SIGKILL would leave it running, holding the pipes), then SIGKILL."""
         for process in self._started:
             if process.poll() is None:
+                process.terminate()
+        for process in self._started:
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
                 process.kill()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.communicate(timeout=5)  # a grandchild may hold the pipes

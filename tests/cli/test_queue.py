@@ -45,3 +45,41 @@ def test_put_ls_dead_letters_requeue(coord_cli: Coord) -> None:
     missing = coord_cli.run("queue", "requeue", "emails", "nope")
     assert missing.returncode == 1
     assert missing.stderr == "coord: queue 'emails' has no dead letter 'nope'\n"
+
+
+def test_a_keys_later_job_waits_behind_its_earlier_one(coord_cli: Coord) -> None:
+    first = coord_cli.run("queue", "put", "--key", "c1", "emails", "a").stdout.strip()
+    other = coord_cli.run("queue", "put", "--key", "c2", "emails", "b").stdout.strip()
+    later = coord_cli.run("queue", "put", "--key", "c1", "emails", "c").stdout.strip()
+    jobs = json.loads(coord_cli.run("queue", "ls", "--json", "emails").stdout)
+    assert [(j["id"], j["state"], j["behind"]) for j in jobs] == [
+        (first, "ready", None),
+        (other, "ready", None),
+        (later, "waiting", first),
+    ]
+    text = coord_cli.run("queue", "ls", "emails").stdout.splitlines()
+    assert text[2] == f"{later}  key=c1  attempt=0  waiting behind {first}  1 byte"
+
+
+def test_nothing_to_list_is_said(coord_cli: Coord) -> None:
+    assert coord_cli.run("queue", "ls", "emails").stdout == "no jobs in queue emails\n"
+    assert coord_cli.run("queue", "dlq", "emails").stdout == "no dead letters in queue emails\n"
+    assert coord_cli.run("status").stdout == "nothing in the store\n"
+    coord_cli.run("queue", "put", "emails", "x")
+    assert coord_cli.run("status").stdout.startswith(
+        "queue emails: 1 job, 0 in flight, 0 parked, 0 dead, 0 idle workers\n"
+    )
+
+
+def test_an_empty_stdin_queues_nothing_unless_asked(coord_cli: Coord) -> None:
+    refused = coord_cli.run("queue", "put", "emails", input="")
+    assert refused.returncode == 2
+    assert refused.stderr == (
+        "coord: nothing on stdin to put: an empty job is queued only when asked for, as an "
+        "empty PAYLOAD (coord queue put emails '')\n"
+    )
+    assert json.loads(coord_cli.run("queue", "ls", "--json", "emails").stdout) == []
+    asked = coord_cli.run("queue", "put", "emails", "")
+    assert asked.returncode == 0, asked.stderr
+    (job,) = json.loads(coord_cli.run("queue", "ls", "--json", "emails").stdout)
+    assert (job["id"], job["size"]) == (asked.stdout.strip(), 0)

@@ -66,7 +66,7 @@ async def test_status_shows_every_kind(etcd_url: str) -> None:
     assert (pool["kind"], pool["entries"][0]["value"]) == ("election", "node-1")
     assert "semaphore gpu (limit 2)" in text
     assert f"holds   fence {fences[0]}  pid {me['pid']} on {me['host']} (tester)" in text
-    assert "queue emails: 2 jobs, 1 in flight, 0 parked, 0 dead" in text
+    assert "queue emails: 2 jobs, 1 in flight, 0 parked, 0 dead, 0 idle workers" in text
 
 
 async def test_status_of_a_prefix_and_a_read_write_lock(etcd_url: str) -> None:
@@ -77,7 +77,7 @@ async def test_status_of_a_prefix_and_a_read_write_lock(etcd_url: str) -> None:
     (cfg,) = found["objects"]
     assert (cfg["name"], cfg["kind"]) == ("cfg/main", "rwlock")
     assert [(e["mode"], e["holding"]) for e in cfg["entries"]] == [("read", True)]
-    assert await status(etcd_url, "nothing/here") == "nothing under 'nothing/here'\n"
+    assert await status(etcd_url, "nothing/here") == "nothing under nothing/here/\n"
 
 
 async def test_watch_shows_each_change(etcd_url: str) -> None:
@@ -96,7 +96,7 @@ async def test_watch_shows_each_change(etcd_url: str) -> None:
                     if output.endswith(end):
                         return
 
-        await read_until(b"nothing under ''\n")
+        await read_until(b"nothing in the store\n")
         async with coord.connect(etcd_url) as client:
             async with client.mutex("job"):
                 while b"mutex job" not in output:
@@ -104,13 +104,13 @@ async def test_watch_shows_each_change(etcd_url: str) -> None:
             released = anyio.current_time()
         # Released: the empty state again, woken by the watch on "job", well before the
         # re-read of the names (every RESCAN seconds) could have noticed.
-        while not output.endswith(b"nothing under ''\n"):
+        while not output.endswith(b"nothing in the store\n"):
             await read_until(b"\n")
         assert anyio.current_time() - released < RESCAN / 2
     finally:
         process.terminate()
         await process.aclose()
     blocks = output.decode().split("--- ")[1:]
-    assert "nothing under ''" in blocks[0]
+    assert "nothing in the store" in blocks[0]
     assert any("mutex job" in block for block in blocks)
-    assert "nothing under ''" in blocks[-1]
+    assert "nothing in the store" in blocks[-1]

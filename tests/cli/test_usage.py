@@ -29,14 +29,23 @@ def offline(tmp_path: Path) -> Coord:
     return cli
 
 
+#: A well-formed URL (usage errors are found before anything connects).
+_NOWHERE = "etcd://127.0.0.1:1"
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["lock", "job", "--", "true"], "no store given: pass --url or set COORD_URL"),
         (["status", "--url", "redis://x"], "unknown URL scheme 'redis'"),
-        (["lock", "--url", "memory://", "a//b", "--", "true"], "has an empty segment"),
-        (["lock", "--url", "memory://", "job"], "Missing argument '-- CMD [ARGS]...'"),
-        (["lock", "--url", "memory://", "--grace", "-1", "job", "--", "true"], "--grace"),
+        (["lock", "--url", _NOWHERE, "a//b", "--", "true"], "has an empty segment"),
+        (["lock", "--url", _NOWHERE, "job"], "Missing argument '-- CMD [ARGS]...'"),
+        (["lock", "--url", _NOWHERE, "--grace", "-1", "job", "--", "true"], "--grace"),
+        (["lock", "--url", _NOWHERE, "demo", "ls", "-l"], "put -- before it: coord lock NAME"),
+        (["elect", "--url", _NOWHERE, "demo", "ls", "-l"], "put -- before it: coord elect"),
+        (["lock", "--url", _NOWHERE, "--", "sleep", "1"], "NAME is missing: it goes before --"),
+        (["elect", "--url", _NOWHERE, "--", "sleep", "1"], "NAME is missing"),
+        (["lock", "--url", _NOWHERE, "--", "sleep"], "NAME is missing"),
         (["frobnicate"], "No such command 'frobnicate'"),
     ],
 )
@@ -45,6 +54,27 @@ def test_usage_errors_exit_2(offline: Coord, args: list[str], message: str) -> N
     assert done.returncode == 2
     assert message in done.stderr
     assert done.stdout == ""
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["lock", "job", "--", "touch", "ran"],
+        ["elect", "job", "--", "touch", "ran"],
+        ["status"],
+        ["leader", "job"],
+        ["queue", "put", "jobs", "x"],
+    ],
+)
+def test_memory_store_is_refused_in_one_line(offline: Coord, command: list[str]) -> None:
+    offline.env["COORD_URL"] = "memory://"
+    done = offline.run(*command)
+    assert done.returncode == 2
+    assert done.stderr.startswith("coord: memory:// ")
+    assert "nothing is shared between processes" in done.stderr
+    assert len(done.stderr.splitlines()) == 1
+    assert done.stdout == ""
+    assert not (offline.cwd / "ran").exists()
 
 
 def test_unreachable_store_is_one_line_and_exit_1(offline: Coord) -> None:
@@ -99,3 +129,10 @@ def test_import_coord_does_not_import_the_cli_libraries() -> None:
     code = "import sys, coord; print(sorted(m for m in ('click', 'rich') if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout == "[]\n"
+
+
+def test_status_help_points_at_the_json_schema_where_it_is(offline: Coord) -> None:
+    text = offline.run("status", "--help").stdout
+    description, _, options = text.partition("\nOptions:\n")
+    assert '{"version": 1, "prefix": PREFIX, "objects": [...]}' in description
+    assert "JSON for scripts (the schema is above)." in options

@@ -80,3 +80,35 @@ async def test_after_async_with_it_is_closed() -> None:
     said = await _messages(client)
     said.pop("session", None)  # (the last session, lost, stays readable after the close)
     assert {what: m for what, m in said.items() if "closed" not in m or "open" in m} == {}
+
+
+def _reads(client: coord.Client) -> dict[str, Callable[[], Awaitable[object]]]:
+    election = client.election("e")
+    return {
+        "waiters": client.mutex("m").waiters,
+        "leader": election.leader,
+        "observe": lambda: _first(election),
+        "stats": client.queue("q").stats,
+        "dead letters": client.queue("q").dead_letters,
+    }
+
+
+async def _read_errors(client: coord.Client) -> dict[str, str]:
+    said = {}
+    for what, call in _reads(client).items():
+        with anyio.fail_after(5), pytest.raises(coord.ClosedError) as caught:
+            await call()
+        said[what] = str(caught.value)
+    return said
+
+
+async def test_a_client_that_only_reads_is_not_open_before_and_closed_after() -> None:
+    """``sessions=False``: its reads say "not open yet" before ``async with`` and
+    "closed" after it (they reached a closed backend before)."""
+    client = coord.connect(f"memory://{fresh_namespace()}", sessions=False)
+    before = await _read_errors(client)
+    assert {w: m for w, m in before.items() if "not open yet" not in m} == {}
+    async with client:
+        assert await client.election("e").leader() is None
+    after = await _read_errors(client)
+    assert {w: m for w, m in after.items() if "client is closed" not in m} == {}

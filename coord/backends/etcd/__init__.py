@@ -28,12 +28,12 @@ import anyio
 from aetcd import rpc
 
 from ... import _keys
-from ..._checks import check_bool, check_seconds
+from ..._checks import check_bool, check_duration
 from ..._exceptions import ConfigurationError, EntryGoneError
 from ..._keys import WAITER_MARK
 from ..._url import format_url
 from ...abc import Backend, Change, Check, Create, Entry, Lease, Listing, Position, Put, Update
-from .._probe import fail_if_all_refuse
+from .._probe import GRPC, first_contact
 from .._txn import check_ops, check_value
 from ._connection import Connection, TLSFiles
 from ._kv import (
@@ -76,6 +76,9 @@ class EtcdBackend(Backend):
     :param password: that user's password
     :param request_timeout: time budget in seconds of one request, retries and failovers
         included
+    :param connect_timeout: how long opening the backend waits for a first answer from a
+        member, in etcd's protocol (only the first connection: later ones are gRPC's,
+        unbounded, under each request's budget)
     """
 
     any_event_loop = False
@@ -94,18 +97,20 @@ class EtcdBackend(Backend):
         username: str | None = None,
         password: str | None = None,
         request_timeout: float = 10.0,
+        connect_timeout: float = 10.0,
     ) -> None:
-        if not check_seconds(request_timeout, "request_timeout") > 0:
-            raise ConfigurationError(f"request_timeout must be > 0 seconds: {request_timeout!r}")
+        self._connect_timeout = check_duration(connect_timeout, "connect_timeout")
+        request_timeout = check_duration(request_timeout, "request_timeout")
         check_bool(tls, "tls")
         use_tls = tls or any(f is not None for f in (ca_file, cert_file, key_file))
         files = TLSFiles(ca_file, cert_file, key_file) if use_tls else None
+        self._tls = files
         self._conn = Connection(
             tuple(endpoints),
             tls=files,
             username=username,
             password=password,
-            request_timeout=float(request_timeout),
+            request_timeout=request_timeout,
         )
         self._root = (namespace.strip("/") + "/").encode() if namespace else b""
         self._url = format_url("etcd", endpoints, namespace, username)
@@ -115,7 +120,7 @@ class EtcdBackend(Backend):
     @classmethod
     def from_url(cls, url: ParsedURL, **options: Any) -> EtcdBackend:
         """Build from a parsed ``etcd://`` URL and keyword options (checked here)."""
-        allowed = {"ca_file", "cert_file", "key_file", "tls", "request_timeout"}
+        allowed = {"ca_file", "cert_file", "key_file", "tls", "request_timeout", "connect_timeout"}
         unknown = set(options) - allowed
         if unknown:
             raise ConfigurationError(
@@ -140,7 +145,10 @@ class EtcdBackend(Backend):
             raise ConfigurationError(
                 "the etcd backend runs on asyncio only (its gRPC client is asyncio code)"
             ) from None
-        await fail_if_all_refuse("etcd", self._conn.endpoints)
+        tls = await self._tls.probe_context() if self._tls is not None else None
+        await first_contact(
+            "etcd", GRPC, self._conn.endpoints, connect_timeout=self._connect_timeout, tls=tls
+        )
         await self._conn.open()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()

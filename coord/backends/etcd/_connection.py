@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import ssl
 import stat
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -102,6 +103,25 @@ class TLSFiles:
             private_key=await read(self.key_file),
             certificate_chain=await read(self.cert_file),
         )
+
+    async def probe_context(self) -> ssl.SSLContext:
+        """A TLS context for the first contact (:mod:`coord.backends._probe`): it only
+        asks whether an HTTP/2 server answers, so it verifies nothing (gRPC does, on its
+        own connections) and presents the client certificate if there is one."""
+
+        def make() -> ssl.SSLContext:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+            context.set_alpn_protocols(["h2"])
+            if self.cert_file is not None:
+                context.load_cert_chain(self.cert_file, self.key_file)
+            return context
+
+        try:
+            return await anyio.to_thread.run_sync(make)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigurationError(f"cannot load the TLS client certificate: {exc}") from exc
 
 
 def _check_readable(field: str, path: str | None) -> None:

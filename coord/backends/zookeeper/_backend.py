@@ -63,7 +63,9 @@ class ZooKeeperBackend(FaultHooks, Backend):
         survive a short drop: they end when the server says the session expired, or when
         the lease's local deadline passes (last acknowledged request + negotiated
         timeout)
-    :param connect_timeout: how long opening a session waits for a first connection
+    :param connect_timeout: how long opening the backend, and each new session, waits
+        for a first answer from a member (reconnections within a session are kazoo's,
+        unbounded: the session timeout decides)
     """
 
     #: ZooKeeper sends the session timeout as a signed 32-bit number of milliseconds.
@@ -128,7 +130,13 @@ class ZooKeeperBackend(FaultHooks, Backend):
     # -- lifecycle ------------------------------------------------------------------------
 
     async def __aenter__(self) -> ZooKeeperBackend:
-        """Start the bridge to kazoo. Connects lazily: :meth:`grant` opens the session."""
+        """Check that a member answers as ZooKeeper (within ``connect_timeout``), and
+        start the bridge to kazoo. The session is opened by :meth:`grant`, or by the
+        first request.
+
+        :raises BackendUnavailable: if no member answers in ZooKeeper's protocol
+        """
+        await self._conn.first_contact()
         self._bridge.open()
         self._grant_lock = anyio.Lock()
         self._tg = anyio.create_task_group()

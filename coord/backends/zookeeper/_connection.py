@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from kazoo import exceptions as kz
 from kazoo.client import KazooClient
+from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 from kazoo.retry import KazooRetry
 
@@ -34,7 +35,7 @@ from ..._exceptions import (
     CoordError,
     SessionExpiredError,
 )
-from .._probe import fail_if_all_refuse
+from .._probe import ZOOKEEPER, first_contact
 from ._errors import ANSWERS, translate
 from ._kazoo import watch_negotiated_timeout
 from ._kazoo_log import KazooLog, Outages
@@ -90,6 +91,7 @@ class Connection:
         self.password = b""
         self.timeout = 10.0
         self._negotiated: list[float] = []
+        self._contacted = False  # a first contact was made, and no client started since
         #: The session was ended on purpose (its lease was lost or revoked).
         self.ended = False
         self.closed = False
@@ -123,8 +125,19 @@ class Connection:
             old, self.client = self.client, None
             if old is not None:
                 await self._stop(old)
-            await fail_if_all_refuse("ZooKeeper", self._endpoints())
             await self._start(session_timeout)
+
+    async def first_contact(self) -> None:
+        """Check, within connect_timeout, that a member answers in ZooKeeper's protocol
+        (:mod:`.._probe`); the next session start relies on it instead of asking again.
+        A checkpoint.
+
+        :raises BackendUnavailable: if no member does
+        """
+        await first_contact(
+            "ZooKeeper", ZOOKEEPER, self._endpoints(), connect_timeout=self._connect_timeout
+        )
+        self._contacted = True
 
     @property
     def negotiated(self) -> float:
@@ -139,12 +152,22 @@ class Connection:
         return hosts
 
     async def _start(self, session_timeout: float) -> None:
+        # Every start of a kazoo client follows a first contact: kazoo would take a
+        # refused, hung or foreign server for a slow one, retrying in a loop.
+        if not self._contacted:
+            await self.first_contact()
+        self._contacted = False
         # Shielded and bounded by connect_timeout: a client started in a thread whose
         # result we stopped waiting for would keep its threads and session forever.
         with anyio.CancelScope(shield=True):
             try:
                 client = await anyio.to_thread.run_sync(self._start_client, session_timeout)
-            except Exception as exc:  # kazoo's start times out, or refuses its arguments
+            except KazooTimeoutError as exc:
+                raise BackendUnavailable(
+                    f"cannot connect to ZooKeeper: {self.hosts} answered, but no session was "
+                    f"opened within {self._connect_timeout:g}s"
+                ) from exc
+            except Exception as exc:  # kazoo refuses its arguments, ...
                 raise translate(exc, "connect", closed=False, ended=False) from exc
         client, client_id, negotiated = client
         self.client, self.timeout, self.ended = client, session_timeout, False

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kazoo.security import ACL, CREATOR_ALL_ACL, OPEN_ACL_UNSAFE
 
-from ..._checks import check_bool, check_seconds
+from ..._checks import check_bool, check_duration
 from ..._exceptions import ConfigurationError
 
 if TYPE_CHECKING:
@@ -42,9 +41,7 @@ class Options:
     ) -> Options:
         auth_data = _check_auth(auth)
         lost = check_bool(suspended_is_lost, "suspended_is_lost")
-        timeout = check_seconds(connect_timeout, "connect_timeout")
-        if not math.isfinite(timeout) or timeout <= 0:
-            raise ConfigurationError(f"connect_timeout must be > 0 seconds: {connect_timeout!r}")
+        timeout = check_duration(connect_timeout, "connect_timeout")
         return cls(auth_data, _check_acl(acl, auth_data), lost, timeout)
 
 

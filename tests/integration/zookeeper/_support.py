@@ -43,6 +43,7 @@ async def stop(client: KazooClient) -> None:
 
 
 CREATE2 = 15  # ZooKeeper's opcode of a create that returns the node's stat
+_MAX_FRAME = 0xFFFFF  # ZooKeeper's jute.maxbuffer: a longer "length" is no frame
 
 
 class Proxy:
@@ -93,6 +94,10 @@ class Proxy:
         try:
             async for chunk in source:
                 buffer += chunk
+                if first and len(buffer) >= 4 and int.from_bytes(buffer[:4]) > _MAX_FRAME:
+                    await sink.send(buffer)  # a four-letter word (coord's first contact)
+                    buffer = b""
+                    continue
                 while len(buffer) >= 4 and len(buffer) >= 4 + int.from_bytes(buffer[:4]):
                     size = 4 + int.from_bytes(buffer[:4])
                     frame, buffer = buffer[:size], buffer[size:]
