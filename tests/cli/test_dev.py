@@ -133,7 +133,7 @@ def test_dev_starts_servers_and_stops_them_on_sigterm(cluster: bool) -> None:
             first = servers[store].rpartition("/")[2].split(",")[0]  # host:port
             port = STANDARD_PORTS[store]
             if free[store]:  # the standard port, when it was free
-                assert first == f"127.0.0.1:{port}", servers
+                assert first == f"127.0.0.1:{port}", (servers, dev.notes)
             else:  # else another, and it said so
                 assert first != f"127.0.0.1:{port}"
                 assert any(f"{store}'s standard port {port} is taken" in n for n in dev.notes)
