@@ -3,7 +3,7 @@ from __future__ import annotations
 import gc
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from blockbuster import blockbuster_ctx
@@ -80,21 +80,55 @@ SLOW = (
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the tests of :data:`SLOW` ``slow``, and put the fault suite's runs in one
-    pytest-xdist group per store: under ``--dist loadgroup`` at most two fault runs (each
-    several processes and a server of its own) share the machine at once, so that their
-    recovery deadlines measure coord, not a crowded CPU."""
+    """Mark the tests of :data:`SLOW` ``slow``."""
     tests = Path(__file__).parent
     for item in items:
-        where = item.path.relative_to(tests).as_posix()
-        if where.startswith(SLOW):
+        if item.path.relative_to(tests).as_posix().startswith(SLOW):
             item.add_marker(pytest.mark.slow)
-        if where.startswith("faults/"):
-            callspec = getattr(item, "callspec", None)
-            kind = callspec.params.get("kind") if callspec is not None else None
-            item.add_marker(pytest.mark.xdist_group(f"faults-{kind or 'cluster'}"))
 
 
+#: Tests that run one after another on one worker (nodeid prefix -> group): those that
+#: share what a session fixture builds once (the packaging test's wheel and virtualenvs),
+#: and those that may listen on the stores' standard ports (``coord dev``), which only
+#: one of them can do at a time. The fault suite's runs are grouped too, one group per
+#: store (:func:`group_of`): at most two fault runs (each several processes and a server
+#: of its own) share the machine at once, so that their recovery deadlines measure coord,
+#: not a crowded CPU.
+GROUPS = {
+    "tests/packaging/": "packaging",
+    "tests/cli/test_dev.py": "standard-ports",
+    "tests/cli/test_walkthrough.py": "standard-ports",
+    "tests/cli/test_docs_output.py::test_shown_dev_output_is_printed": "standard-ports",
+}
+
+
+def group_of(nodeid: str) -> str | None:
+    """The group of the test *nodeid* (see :data:`GROUPS`), or None."""
+    if nodeid.startswith("tests/faults/"):
+        kind = nodeid.rpartition("[")[2].rstrip("]").rpartition("-")[2]
+        return f"faults-{kind}"
+    for prefix, group in GROUPS.items():
+        if nodeid.startswith(prefix):
+            return group
+    return None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Schedule each test on its own, except the groups of :func:`group_of`, each of
+    which runs on one worker (the largest first). xdist's own ``--dist loadgroup`` does
+    this from ``xdist_group`` marks by renaming each test's nodeid, which pytest 9.2's
+    nodes no longer take (the groups were silently spread over all workers)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid) or nodeid
+
+    return GroupScheduling(config, log)
+
+
+@pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: two workers per core, at least 4 and at most 8 (or
     ``$PYTEST_XDIST_AUTO_NUM_WORKERS``). The suite mostly waits (TTLs, outages, servers

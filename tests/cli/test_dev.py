@@ -1,9 +1,9 @@
 """``coord dev``: local servers that answer, on the standard ports when free, with one
 export line each, and nothing left behind after SIGTERM.
 
-The tests that may bind a standard port (2379, 2181, 9092) run in one pytest-xdist group,
-so that no two workers try at once, and accept the port being taken by something else on
-the machine: then they check the fallback instead."""
+These tests may bind a standard port (2379, 2181, 9092): they run on one worker, one
+after another (``GROUPS`` in tests/conftest.py), so that no two try at once, and accept
+the port being taken by something else on the machine: then they check the fallback."""
 
 from __future__ import annotations
 
@@ -118,7 +118,6 @@ def _free(port: int) -> bool:
 @pytest.mark.etcd
 @pytest.mark.zookeeper
 @pytest.mark.timeout(90)
-@pytest.mark.xdist_group("standard-ports")
 @pytest.mark.parametrize("cluster", [False, True], ids=["single", "cluster"])
 def test_dev_starts_servers_and_stops_them_on_sigterm(cluster: bool) -> None:
     _need_servers()
@@ -186,7 +185,6 @@ def test_ports_chosen_and_a_missing_broker_said(tmp_path: Path) -> None:
 @pytest.mark.etcd
 @pytest.mark.zookeeper
 @pytest.mark.timeout(90)
-@pytest.mark.xdist_group("standard-ports")
 def test_a_standard_port_taken_is_said_and_another_used() -> None:
     _need_servers()
     with socket.socket() as taken:

@@ -176,7 +176,6 @@ def test_every_page_shows_output() -> None:
 @pytest.mark.zookeeper
 @pytest.mark.kafka
 @pytest.mark.timeout(90)
-@pytest.mark.xdist_group("standard-ports")
 @pytest.mark.parametrize(
     "block", [b for b in BLOCKS if b.shown[0].command == "coord dev"], ids=lambda b: b.id
 )

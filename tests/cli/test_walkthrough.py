@@ -27,7 +27,6 @@ pytestmark = [
     pytest.mark.etcd,
     pytest.mark.zookeeper,
     pytest.mark.timeout(90),
-    pytest.mark.xdist_group("standard-ports"),
 ]
 
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
     from .conftest import Dists
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("packaging"), pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 
 def _package_files(source: Path) -> set[str]:

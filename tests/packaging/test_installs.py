@@ -16,7 +16,7 @@ from .conftest import extras, optional_dependencies, output, run, with_extra
 if TYPE_CHECKING:
     from .conftest import Venv
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("packaging"), pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 # The modules that need more than coord's own dependency (each with those under it).
 _NEEDS = {
