@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from . import _jobs, _retry
-from ._exceptions import BackendUnavailable, ClosedError
+from ._exceptions import BackendUnavailable, ClosedError, SessionExpiredError
 from .abc import Create, Remove, Update
 
 if TYPE_CHECKING:
@@ -159,6 +159,11 @@ async def _apply(session: Session, ops: list[Op], claim: Entry, job: Entry) -> s
                 return "done" if changed and not session.lost else "lost"
             unknown = False
             return "done" if await backend.transact(ops) is not None else "refused"
+        except SessionExpiredError:
+            # The store says the session is over (ZooKeeper, after a partition longer
+            # than the TTL): the claim went with it, and an earlier attempt whose reply
+            # was lost may have been applied. Its outcome is unknown, never "refused".
+            return "lost"
         except BackendUnavailable:
             unknown = True
             if session.lost:
