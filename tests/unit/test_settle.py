@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 import coord
-from coord.abc import Op
 from coord.testing.pytest_plugin import fresh_namespace
+
+if TYPE_CHECKING:
+    from coord.abc import Op
 
 pytestmark = pytest.mark.anyio
 
