@@ -37,7 +37,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Literal, Self
 
 if TYPE_CHECKING:
-    from collections.abc import Coroutine
+    from collections.abc import Awaitable, Callable, Coroutine
     from types import TracebackType
 
 __all__ = ["Direction", "TcpProxy"]
@@ -72,11 +72,13 @@ class TcpProxy:
         self._listener: socket.socket | None = self._bind(0)
         self.port: int = self._listener.getsockname()[1]
         self._refusing = False  # wanted: set by the controls, applied on the proxy's thread
-        self._starting = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._links: set[_Link] = set()
-        self._server: asyncio.Server | None = None
+        self._serving: asyncio.Task[Any] | None = None
+        self._accepted: set[asyncio.BaseTransport] = set()  # client connections, open
+        self._pending: set[socket.socket] = set()  # accepted, no transport yet
+        self._accepting = False  # the listener is read by the loop
         self._changed: asyncio.Event | None = None
         self._tasks: set[asyncio.Future[None]] = set()
 
@@ -198,6 +200,7 @@ class TcpProxy:
             loop.close()
 
     async def _serve(self) -> None:
+        self._serving = asyncio.current_task()
         self._changed = asyncio.Event()
         self._stopped = asyncio.Event()
         self._apply_listening()
@@ -205,44 +208,57 @@ class TcpProxy:
 
     def _apply_listening(self) -> None:
         """Make the listening state what the controls want. Only ever called on the
-        proxy's thread, and idempotent: whatever order controls and start-up come in, a
-        closed socket is never served and a refused port never listens. While a server
-        is starting, the start applies the latest wish when it is done."""
-        if self._starting:
-            return
+        proxy's thread, and idempotent: whatever order controls come in, a closed socket
+        is never served and a refused port never listens."""
+        loop = asyncio.get_running_loop()
         if self._refusing:
-            server, self._server = self._server, None
-            if server is not None:
-                server.close()  # closes the listener it serves
-            elif self._listener is not None:
+            if self._listener is not None:
+                loop.remove_reader(self._listener)
                 self._listener.close()
-            self._listener = None
-        elif self._server is None:
+                self._listener = None
+            self._accepting = False
+        elif not self._accepting:
             if self._listener is None:
                 self._listener = self._bind(self.port)
-            self._starting = True
-            self._spawn(self._listen(self._listener))
+            loop.add_reader(self._listener, self._on_readable, self._listener)
+            self._accepting = True
 
-    async def _listen(self, sock: socket.socket) -> None:
+    def _on_readable(self, listener: socket.socket) -> None:
+        """Accept what is waiting. (Not asyncio's server: closed while a connection is
+        being accepted, it leaks that connection's socket. Here a connection is known
+        from the moment it is accepted, and a shutdown closes it whatever its stage.)"""
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:  # none left (BlockingIOError), or out of descriptors
+                return
+            conn.setblocking(False)
+            self._pending.add(conn)
+            self._spawn(self._take(conn))
+
+    async def _take(self, conn: socket.socket) -> None:
         try:
-            self._server = await asyncio.start_server(self._accept, sock=sock)
+            await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: _Accepted(self._accept, self._accepted), conn
+            )
         finally:
-            self._starting = False
-            self._apply_listening()  # a refuse() that came meanwhile closes it now
+            self._pending.discard(conn)  # its transport has it (or closed it)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         try:
-            up_reader, up_writer = await asyncio.open_connection(*self.target)
-        except OSError:
-            _abort(writer)
-            return
-        link = _Link(self, (reader, writer), (up_reader, up_writer))
-        self._links.add(link)
-        try:
-            await link.run()
+            try:
+                up_reader, up_writer = await asyncio.open_connection(*self.target)
+            except OSError:
+                return
+            link = _Link(self, (reader, writer), (up_reader, up_writer))
+            self._links.add(link)
+            try:
+                await link.run()
+            finally:
+                self._links.discard(link)
         finally:
-            self._links.discard(link)
+            _abort(writer)  # also when cancelled by a shutdown while connecting
 
     def _reset_all(self) -> None:
         for link in list(self._links):
@@ -259,8 +275,52 @@ class TcpProxy:
         self._refusing = True
         self._apply_listening()
         self._reset_all()
-        await asyncio.sleep(0)
+        # Every task of the proxy ends before its loop closes: a connection still being
+        # accepted, or a link whose pumps have not yet seen the reset, would otherwise be
+        # destroyed pending (and its clean-up run on a closed loop, an unraisable error).
+        mine = {self._serving, asyncio.current_task()}
+        for _ in range(20):
+            for transport in list(self._accepted):
+                transport.abort()  # type: ignore[attr-defined]  # (a socket transport)
+            tasks = [t for t in asyncio.all_tasks() if t not in mine]
+            for task in tasks:
+                task.cancel()  # (a cancelled link cancels its pumps: the next round)
+            if tasks:
+                await asyncio.wait(tasks, timeout=1.0)
+                continue
+            for conn in list(self._pending):  # accepted, and its task cancelled unstarted
+                conn.close()
+            self._pending.clear()
+            for _ in range(3):  # the aborted transports' connection_lost callbacks
+                await asyncio.sleep(0)
+            if not self._accepted and not [t for t in asyncio.all_tasks() if t not in mine]:
+                break
         self._stopped.set()
+
+
+class _Accepted(asyncio.StreamReaderProtocol):
+    """A client connection as :func:`asyncio.start_server` makes it, whose transport is
+    known to the proxy from its first moment, so that a shutdown closes it even before
+    its handler runs (a transport left open when the loop closes is an error)."""
+
+    def __init__(
+        self,
+        handler: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+        accepted: set[asyncio.BaseTransport],
+    ) -> None:
+        super().__init__(asyncio.StreamReader(), handler)
+        self._accepted = accepted
+        self._mine: asyncio.BaseTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._mine = transport
+        self._accepted.add(transport)
+        super().connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._mine is not None:
+            self._accepted.discard(self._mine)
+        super().connection_lost(exc)
 
 
 class _Link:
