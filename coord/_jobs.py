@@ -4,7 +4,13 @@ A job's entry value is ``b"cq1" + <4-byte header length> + <JSON header> + <payl
 The header holds what changes while the job waits (attempt, backoff, parked, which claim
 holds it); the payload is the caller's bytes, untouched. Every change of the header is a
 guarded :class:`~coord.abc.Update` of the whole value, so a payload must leave room for
-the header within the store's value limit: :func:`check_put` says so at ``put``.
+the header within the store's value limit: :func:`check_payload` says so at ``put``.
+
+The header's room (:data:`HEADER_ROOM`) is that of the largest header coord writes: the
+longest key, every field at its widest, and a failure message cut to
+:data:`MAX_ERROR_SIZE` bytes *as stored* (JSON escapes a non-ASCII character as 6 or 12
+bytes, so a cut by characters could not bound it). So a job that ``put`` accepted can be
+claimed, retried, parked and dead-lettered whatever its body raised.
 """
 
 from __future__ import annotations
@@ -21,23 +27,28 @@ if TYPE_CHECKING:
     from .abc import Entry
 
 __all__ = [
+    "HEADER_ROOM",
+    "MAX_ERROR_SIZE",
     "MAX_KEY_LENGTH",
     "DeadLetter",
     "JobRef",
     "State",
     "check_key",
     "check_payload",
+    "cut_error",
     "decode",
     "encode",
     "id_of",
+    "max_payload",
 ]
 
 _MAGIC = b"cq1"
 _LENGTH = struct.Struct(">I")
 MAX_KEY_LENGTH = 256
-#: Room kept for the header when checking a payload's size (a key of MAX_KEY_LENGTH
-#: characters, each up to 4 bytes in UTF-8 and escaped, plus an error message).
-_HEADER_ROOM = 4 * 1024 + 6 * MAX_KEY_LENGTH
+#: The most a failure message takes in a job's header, in bytes as stored (JSON-escaped,
+#: quotes included); a longer one is cut, and ends with :data:`_CUT`.
+MAX_ERROR_SIZE = 2048
+_CUT = "..."
 
 
 @dataclass(frozen=True)
@@ -98,7 +109,29 @@ def id_of(key: str) -> str:
     return last[2:].partition("-")[0]
 
 
+def cut_error(error: str) -> str:
+    """*error*, cut so that it takes at most :data:`MAX_ERROR_SIZE` bytes as stored (a cut
+    one ends with ``...``). Cutting again changes nothing."""
+    # Every character takes at least a byte: no prefix longer than that can fit.
+    if len(error) <= MAX_ERROR_SIZE and len(_json(error)) <= MAX_ERROR_SIZE:
+        return error
+    low, high = 0, min(len(error), MAX_ERROR_SIZE)
+    while low < high:  # the longest prefix that fits with the mark
+        middle = (low + high + 1) // 2
+        if len(_json(error[:middle] + _CUT)) <= MAX_ERROR_SIZE:
+            low = middle
+        else:
+            high = middle - 1
+    return error[:low] + _CUT
+
+
+def _json(value: object) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
 def encode(state: State, payload: bytes) -> bytes:
+    """The entry value of a job: the header (its failure message cut by
+    :func:`cut_error`) and the payload."""
     header = {
         "id": state.id,
         "key": state.key,
@@ -106,11 +139,31 @@ def encode(state: State, payload: bytes) -> bytes:
         "not_before": state.not_before,
         "parked": state.parked,
         "claim": state.claim,
-        "error": state.error,
+        "error": None if state.error is None else cut_error(state.error),
         **state.extra,
     }
-    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw = _json(header)
     return _MAGIC + _LENGTH.pack(len(raw)) + raw + payload
+
+
+def _header_room() -> int:
+    """The largest header coord writes, in bytes: every field at its widest (a key of
+    characters that JSON escapes as 12 bytes each, the longest float), and a failure
+    message of MAX_ERROR_SIZE bytes in place of ``null``."""
+    widest = State(
+        id="f" * 32,  # a uuid4 hex, as put makes
+        key="\U0010ffff" * MAX_KEY_LENGTH,
+        attempt=2**63,
+        not_before=-1.7976931348623157e308,
+        parked=False,
+        claim="f" * 32,
+    )
+    return len(encode(widest, b"")) - len(b"null") + MAX_ERROR_SIZE
+
+
+#: Room kept for the header when checking a payload's size: the largest header coord
+#: writes (see :func:`_header_room`).
+HEADER_ROOM = _header_room()
 
 
 def decode(entry: Entry) -> tuple[State, bytes]:
@@ -153,10 +206,16 @@ def check_key(key: object) -> str | None:
     return key
 
 
+def max_payload(limit: int) -> int:
+    """The largest payload a store whose values take at most *limit* bytes can queue:
+    every header coord may write for it fits beside it."""
+    return limit - HEADER_ROOM
+
+
 def check_payload(payload: object, limit: int) -> bytes:
     """Return *payload* if it is bytes that fit the store with room for the header."""
     data = check_bytes(payload, "a job payload")
-    room = limit - _HEADER_ROOM
+    room = max_payload(limit)
     if len(data) > room:
         raise ConfigurationError(
             f"the job payload is {len(data):,} bytes; this store takes at most {room:,} per "

@@ -191,6 +191,14 @@ class Queue:
     def name(self) -> str:
         return self._name
 
+    @property
+    def max_payload_size(self) -> int:
+        """The largest payload :meth:`put` takes on this store, in bytes: the store's value
+        limit less the room kept for the job's header as stored (its key, attempt,
+        backoff, claim and last failure message, cut to fit), so that every claim,
+        retry, park and dead letter of the job fits too."""
+        return _jobs.max_payload(self._source.backend.max_value_size)
+
     # -- producers ------------------------------------------------------------------------
 
     async def put(self, payload: bytes, *, key: str | None = None) -> JobRef:

@@ -79,18 +79,33 @@ async def settle(job: Job, exc: BaseException | None, retry: Retry) -> None:
 
 
 def _nack(job: Job, exc: BaseException, retry: Retry) -> list[Op]:
+    """Retry the job in place, or park or dead-letter it after its last attempt, with
+    *exc* as its error (cut to fit by :func:`_jobs.encode`). Never a transaction that the
+    store refuses on size, which would leave the claim, and the job's key, blocked: if
+    the job's header still does not fit, it is parked or dead-lettered with a shortened
+    error; if not even that fits (a header written by something else), only the claim
+    is removed, and the next look counts a lost attempt."""
     state = job._state
     attempt = state.attempt + 1
-    error = f"{type(exc).__name__}: {exc}"[:1000]
+    error = f"{type(exc).__name__}: {exc}"
     claim = Remove(job._hold.entry)
+    limit = job._hold.session.backend.max_value_size
     if attempt < retry.max_attempts:
         delay = min(retry.delay * 2 ** (attempt - 1), retry.max_delay)
         state = state.with_(attempt=attempt, not_before=time.time() + delay, error=error)
-        return [Update(job._entry, _jobs.encode(state, job.payload)), claim]
-    return [
-        *_exhausted(job._entry, state.with_(attempt=attempt, error=error), job.payload, retry),
-        claim,
-    ]
+        ops: list[Op] = [Update(job._entry, _jobs.encode(state, job.payload)), claim]
+    else:
+        state = state.with_(attempt=attempt, error=error)
+        ops = [*_exhausted(job._entry, state, job.payload, retry), claim]
+    if _fits(ops, limit):
+        return ops
+    short = job._state.with_(attempt=attempt, error=f"{type(exc).__name__} (message dropped)")
+    ops = [*_exhausted(job._entry, short, job.payload, retry), claim]
+    return ops if _fits(ops, limit) else [claim]
+
+
+def _fits(ops: list[Op], limit: int) -> bool:
+    return all(len(op.value) <= limit for op in ops if isinstance(op, Update | Create))
 
 
 def _exhausted(entry: Entry, state: _jobs.State, payload: bytes, retry: Retry) -> list[Op]:

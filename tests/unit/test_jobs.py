@@ -1,0 +1,75 @@
+"""A job's header as stored: its failure message is cut by bytes as stored (after JSON
+escaping), its room is that of the widest header coord writes, and a failure whose
+header still does not fit parks the job with a shortened error (issue 17, item 3)."""
+
+from __future__ import annotations
+
+import json
+
+import anyio
+import pytest
+
+import coord
+from coord import _jobs
+from coord.abc import Update
+from coord.testing.pytest_plugin import fresh_namespace
+
+pytestmark = pytest.mark.anyio
+
+MESSAGES = [
+    "plain ascii " * 1000,
+    "错" * 1000,  # 6 bytes each as stored
+    "\U0001f600" * 1000,  # 12 bytes each as stored (a surrogate pair)
+    '\x00\x1f"\\' * 1000,  # control characters and escapes
+    "x" * 10_000_000,
+]
+
+
+@pytest.mark.parametrize("message", MESSAGES, ids=["ascii", "cjk", "astral", "escapes", "10MB"])
+def test_a_failure_message_is_cut_by_bytes_as_stored(message: str) -> None:
+    cut = _jobs.cut_error(message)
+    stored = len(json.dumps(cut))
+    assert _jobs.MAX_ERROR_SIZE - 12 < stored <= _jobs.MAX_ERROR_SIZE
+    assert message.startswith(cut.removesuffix("..."))
+    assert cut.endswith("...")
+    assert _jobs.cut_error(cut) == cut  # a rewrite of the header changes nothing
+
+
+def test_a_short_message_is_kept_as_it_is() -> None:
+    assert _jobs.cut_error("ValueError: 错") == "ValueError: 错"
+
+
+def test_the_widest_header_fits_its_room() -> None:
+    state = _jobs.State(
+        id="f" * 32,
+        key="\U0010ffff" * _jobs.MAX_KEY_LENGTH,
+        attempt=10**18,
+        not_before=1e300,
+        parked=True,
+        claim="f" * 32,
+        error="\U0001f600" * 10_000,
+    )
+    assert len(_jobs.encode(state, b"")) <= _jobs.HEADER_ROOM
+
+
+async def test_a_header_written_by_something_else_parks_with_a_short_error() -> None:
+    """A header with fields this version does not know (so not cut by it) leaves no room
+    for the failure message: the job is parked with a shortened error, and its claim
+    goes, rather than an ending refused on size that would leave the claim."""
+    async with coord.connect(f"memory://{fresh_namespace()}") as client:
+        limit = client.backend.max_value_size
+        queue = client.queue("q", max_attempts=5)
+        ref = await queue.put(b"x")
+        (entry,) = (await client.backend.entries("q/_jobs/")).entries
+        state = _jobs.State(id=ref.id, extra={"pad": ""})
+        room = limit - len(_jobs.encode(state, b"x")) - 100
+        foreign = _jobs.encode(_jobs.State(id=ref.id, extra={"pad": "p" * room}), b"x")
+        assert await client.backend.transact([Update(entry, foreign)]) is not None
+        with anyio.fail_after(10), pytest.raises(ValueError, match="boom"):
+            async with queue.claim():
+                raise ValueError("boom " * 1000)
+        (entry,) = (await client.backend.entries("q/_jobs/")).entries
+        parked, _ = _jobs.decode(entry)
+        assert (parked.parked, parked.attempt) == (True, 1)
+        assert parked.error == "ValueError (message dropped)"
+        assert (await client.backend.entries("q/_claims/")).entries == ()
