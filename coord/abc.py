@@ -259,6 +259,15 @@ class Backend(AsyncResource):
     #: entries beside it (etcd's request limit is 1.5 MiB by default, ZooKeeper's
     #: ``jute.maxbuffer`` 1 MiB per request).
     max_value_size: int = 1_000_000
+    #: The largest request this backend sends, in bytes as the store encodes it (keys
+    #: with the namespace, values, and the protocol's framing), with a margin below the
+    #: server's own limit: a write whose request would be larger (several large values
+    #: in one transaction, say) raises ConfigurationError with nothing sent. So no call
+    #: can make the server refuse a request, or drop the connection (ZooKeeper does, for
+    #: a packet over ``jute.maxbuffer``: every hold of the client would go with it).
+    #: Keys take at most 4,096 bytes (UTF-8, without the namespace) in any call, and a
+    #: transaction at most 64 operations.
+    max_request_size: int = 1_040_000
 
     @property
     def url(self) -> str:
@@ -298,6 +307,8 @@ class Backend(AsyncResource):
         :param ahead: how many of the nearest entries ahead to return (``None``: all)
         :param kind: return only entries ahead whose waiter id starts with *kind* (e.g.
             the writers of a read-write lock, ``"@w"``); ``None``: every entry
+        :raises ConfigurationError: for a value over :attr:`max_value_size`, a key over
+            4,096 bytes or a request over :attr:`max_request_size` (nothing is sent)
         """
 
     @abstractmethod
@@ -358,7 +369,8 @@ class Backend(AsyncResource):
         :raises ConfigurationError: for a waiter key (a last segment starting with
             ``@``): only :meth:`register` creates those, so that :meth:`entries` lists
             exactly the registered entries on every store; or a value over
-            :attr:`max_value_size`
+            :attr:`max_value_size` or a request over :attr:`max_request_size` (nothing
+            is sent)
         :raises TypeError: for a key that is not a str or a value that is not bytes
         """
 
@@ -375,7 +387,8 @@ class Backend(AsyncResource):
         revision and its lease; *lease* binds only a key this write creates.
 
         :raises ConfigurationError: to create (*version* None) a waiter key, or for a
-            value over :attr:`max_value_size`
+            value over :attr:`max_value_size` or a request over :attr:`max_request_size`
+            (nothing is sent)
         :raises TypeError: for a value that is not bytes
         """
 
@@ -397,7 +410,9 @@ class Backend(AsyncResource):
         the outcome is unknown; read again to find out.
 
         :raises ConfigurationError: for an op on a key that is not a waiter entry (a Put
-            on one that is), a key used twice, or a value over :attr:`max_value_size`
+            on one that is), a key used twice, more than 64 ops, a value over
+            :attr:`max_value_size`, or a request over :attr:`max_request_size` (nothing
+            is sent)
         :raises TypeError: for a value that is not bytes
         :raises SessionExpiredError: if a Create's lease is lost
         """

@@ -48,7 +48,7 @@ from ..abc import (
 )
 from ._keepalive import KeptAliveLease
 from ._memory_store import MemoryStore, _LeaseRecord
-from ._txn import check_ops, check_value
+from ._txn import check_key, check_ops, check_request, check_value, estimate
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator, Sequence
@@ -167,14 +167,22 @@ class MemoryBackend(Backend):
 
     # -- leases ---------------------------------------------------------------------------
 
+    def _check_write(self, key: str, value: bytes, what: str) -> None:
+        # Refused as ZooKeeper would refuse it (its limits are the tightest).
+        check_value(value, self.max_value_size, f"{what} {key!r}")
+        check_request(estimate([(check_key(key, what), value)]), self.max_request_size, what)
+
     def _check(self) -> None:
         if self._tg is None:
             raise ClosedError("the memory backend is closed")
         if self._partitioned:
             raise BackendUnavailable("memory store unreachable (partition hook)")
 
-    async def _enter(self) -> None:
-        """The start of every request: refused while partitioned, held while hung."""
+    async def _enter(self, *keys: str) -> None:
+        """The start of every request: refused while partitioned, held while hung; a key
+        over MAX_KEY_SIZE is refused first, as by every store."""
+        for key in keys:
+            check_key(key, "memory store")
         self._check()
         while self._hung is not None:
             await self._hung.wait()
@@ -226,7 +234,7 @@ class MemoryBackend(Backend):
         ahead: int | None = 1,
         kind: str | None = None,
     ) -> Position:
-        check_value(value, self.max_value_size, f"register {prefix + waiter_id!r}")
+        self._check_write(prefix + waiter_id, value, "register")
         await self._enter()
         key = prefix + waiter_id
         entry = self.store._kv.get(key)
@@ -239,7 +247,7 @@ class MemoryBackend(Backend):
     async def position(
         self, entry: Entry, *, ahead: int | None = 1, kind: str | None = None
     ) -> Position:
-        await self._enter()
+        await self._enter(entry.key)
         current = self.store._kv.get(entry.key)
         if current is None or current.revision != entry.revision:
             raise EntryGoneError(f"{entry.key} no longer exists")
@@ -249,7 +257,7 @@ class MemoryBackend(Backend):
         return position
 
     async def wait_deleted(self, keys: Sequence[str], *, revision: int) -> None:
-        await self._enter()
+        await self._enter(*keys)
         if any(key not in self.store._kv for key in keys):
             await checkpoint()
             return
@@ -265,7 +273,7 @@ class MemoryBackend(Backend):
                     waiters.remove(event)
 
     async def wait_changed(self, entry: Entry, *, revision: int) -> None:
-        await self._enter()
+        await self._enter(entry.key)
         current = self.store._kv.get(entry.key)
         if current is None or (current.revision, current.version) != (
             entry.revision,
@@ -283,7 +291,7 @@ class MemoryBackend(Backend):
                 waiters.remove(event)
 
     async def delete(self, entry: Entry) -> bool:
-        await self._enter()
+        await self._enter(entry.key)
         current = self.store._kv.get(entry.key)
         same = current is not None and (
             current.revision == entry.revision
@@ -297,7 +305,7 @@ class MemoryBackend(Backend):
     # -- plain keys -----------------------------------------------------------------------
 
     async def get(self, key: str) -> Entry | None:
-        await self._enter()
+        await self._enter(key)
         entry = self.store._kv.get(key)
         await checkpoint()
         return entry
@@ -309,7 +317,7 @@ class MemoryBackend(Backend):
 
     async def put(self, key: str, value: bytes, *, lease: Lease | None = None) -> Entry:
         _keys.check_plain_key(key, "put")
-        check_value(value, self.max_value_size, f"put {key!r}")
+        self._check_write(key, value, "put")
         await self._enter()
         entry = self.store._put(key, value, self._lease_of(key, lease))
         await checkpoint()
@@ -320,7 +328,7 @@ class MemoryBackend(Backend):
     ) -> Entry | None:
         if version is None:
             _keys.check_plain_key(key, "compare_and_set")
-        check_value(value, self.max_value_size, f"compare_and_set {key!r}")
+        self._check_write(key, value, "compare_and_set")
         await self._enter()
         current = self.store._kv.get(key)
         ok = (
@@ -333,7 +341,8 @@ class MemoryBackend(Backend):
         return entry
 
     async def transact(self, ops: Sequence[Op]) -> tuple[Entry | None, ...] | None:
-        check_ops(ops, self.max_value_size)
+        written = check_ops(ops, self.max_value_size)
+        check_request(estimate(written), self.max_request_size, "transact")
         await self._enter()
         store = self.store
         for op in ops:
@@ -358,21 +367,21 @@ class MemoryBackend(Backend):
         return results
 
     async def entries(self, prefix: str, *, limit: int | None = None) -> Listing:
-        await self._enter()
+        await self._enter(prefix)
         queue = self.store._queue(prefix)
         listing = Listing(tuple(queue[:limit] if limit is not None else queue), self.store.revision)
         await checkpoint()
         return listing
 
     async def names(self, prefix: str = "") -> list[str]:
-        await self._enter()
+        await self._enter(prefix)
         names = _keys.names_of(self.store._kv, prefix)
         await checkpoint()
         return names
 
     @asynccontextmanager
     async def watch(self, prefix: str, *, revision: int) -> AsyncIterator[AsyncIterator[Change]]:
-        await self._enter()
+        await self._enter(prefix)
         store = self.store
         send, receive = anyio.create_memory_object_stream[Change](20_000)
         changes = _WaiterChanges(receive, prefix, lost=revision < store.compacted)

@@ -7,12 +7,16 @@ fit, so that no ending of a claim is refused on size (issue 17, items 3 and 4).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import anyio
 import pytest
 
 import coord
+from coord.abc import Create, Put, Update
+
+if TYPE_CHECKING:
+    from coord.abc import Op
 
 pytestmark = pytest.mark.anyio
 
@@ -71,3 +75,94 @@ async def test_put_takes_max_payload_size_and_not_a_byte_more(
     with pytest.raises(coord.ConfigurationError, match="at most 994,688"):
         await queue.put(b"\xab" * (queue.max_payload_size + 1))
     assert (await queue.stats()).depth == 1
+
+
+async def test_a_too_large_proclaim_beside_other_holds_fails_only_that_call(
+    clients: list[coord.Client],
+) -> None:
+    """One task leads, another holds a mutex, a third a claim, all on one client. Too
+    large a value or request fails that call only, with ConfigurationError and nothing
+    written: ZooKeeper dropped the connection of a packet over jute.maxbuffer, and with
+    it every hold of the client; etcd answered BackendError (issue 17, item 4)."""
+    a = clients[0]
+    backend = a.backend
+    await a.queue("beside").put(b"job")
+    done = anyio.Event()
+    holds: list[coord.Hold | coord.Job] = []
+
+    async def hold_mutex() -> None:
+        async with a.mutex("beside/mutex") as hold:
+            holds.append(hold)
+            await done.wait()
+
+    async def hold_claim() -> None:
+        async with a.queue("beside").claim() as job:
+            holds.append(job)
+            await done.wait()
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(hold_mutex)
+            tg.start_soon(hold_claim)
+            async with a.election("beside/leader").campaign(b"v") as term:
+                while len(holds) < 2:  # noqa: ASYNC110  (a test waiting for its tasks)
+                    await anyio.sleep(0.01)
+                for size in (2_000_000, backend.max_value_size + 1):
+                    with pytest.raises(coord.ConfigurationError, match="at most 1,000,000"):
+                        await term.proclaim(b"p" * size)
+                three: list[Op] = [Put(f"beside/big{i}", b"b" * 600_000) for i in range(3)]
+                with pytest.raises(coord.ConfigurationError, match="per request"):
+                    await backend.transact(three)
+                with pytest.raises(coord.ConfigurationError, match="keys take at most"):
+                    await backend.get("k" * 2_000_000)
+                await anyio.sleep(1)  # a dropped connection would void the holds by now
+                assert not term.lost
+                assert [hold.lost for hold in holds] == [False, False]
+                assert (await a.election("beside/leader").leader()).value == b"v"  # type: ignore[union-attr]
+                assert await backend.get("beside/big0") is None
+            done.set()  # the mutex is released and the job acked: no LockLost, no ClaimLost
+    assert (await a.queue("beside").stats()).depth == 0
+
+
+async def test_every_call_writes_a_value_of_max_value_size(clients: list[coord.Client]) -> None:
+    """The largest value a store takes goes through every write: etcd sent a put's value
+    twice (once per branch of its transaction) and refused it as too large."""
+    a = clients[0]
+    backend = a.backend
+    value = b"v" * backend.max_value_size
+    assert (await backend.put("big/put", value)).value == value
+    assert (await backend.put("big/put", value)).value == value  # an existing key
+    assert await backend.compare_and_set("big/cas", value, version=None) is not None
+    position = await backend.register("big/queue/", "@wbig", None, value=value)
+    assert await backend.transact([Update(position.entry, value)]) is not None
+    assert await backend.transact([Create("big/queue/", "@wnew", value)]) is not None
+    async with a.election("big/leader").campaign(value) as term:
+        await term.proclaim(value[1:])
+        await coord.fenced_put(term, "big/fenced", value)
+    assert (await backend.get("big/fenced")).value == value  # type: ignore[union-attr]
+
+
+async def test_keys_and_transactions_past_the_limits_are_refused(
+    clients: list[coord.Client],
+) -> None:
+    backend = clients[0].backend
+    longest = "k/" + "é" * 2047  # 4,096 bytes in UTF-8
+    await backend.put(longest, b"x")
+    assert await backend.get(longest) is not None
+    with pytest.raises(coord.ConfigurationError, match="4,097 bytes; keys take at most"):
+        await backend.put(longest + "x", b"x")
+    many: list[Op] = [Create("ops/", f"@w{i}", b"x") for i in range(65)]
+    with pytest.raises(coord.ConfigurationError, match="at most 64"):
+        await backend.transact(many)
+    assert await backend.transact(many[:64]) is not None
+
+
+async def test_the_widest_identity_fits_every_waiter_record(coord_url: str) -> None:
+    """A client's identity (128 characters, each escaped as 12 bytes) is recorded in each
+    of its waiter keys and claims: they are always far below the store's limit."""
+    async with coord.connect(coord_url, identity="\U0001f600" * 128) as client:
+        await client.queue("who").put(b"job")
+        with anyio.fail_after(10):
+            async with client.mutex("who/lock"), client.queue("who").claim():
+                (waiter,) = await client.mutex("who/lock").holders()
+                assert waiter.identity["name"] == "\U0001f600" * 128

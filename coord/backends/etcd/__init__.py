@@ -34,7 +34,7 @@ from ..._keys import WAITER_MARK
 from ..._url import format_url
 from ...abc import Backend, Change, Check, Create, Entry, Lease, Listing, Position, Put, Update
 from .._probe import GRPC, first_contact
-from .._txn import check_ops, check_value
+from .._txn import check_key, check_ops, check_request, check_value
 from ._connection import Connection, TLSFiles
 from ._kv import (
     _ASCEND,
@@ -84,6 +84,9 @@ class EtcdBackend(Backend):
     any_event_loop = False
     #: etcd's own limit (``MaxLeaseTTL``, about 285 years).
     max_ttl: float = 9_000_000_000.0
+    #: etcd's ``--max-request-bytes`` is 1.5 MiB (1,572,864) by default; a request is
+    #: measured as the gRPC message sent (a Txn's compares, puts and reads).
+    max_request_size: int = 1_500_000
 
     def __init__(
         self,
@@ -165,7 +168,7 @@ class EtcdBackend(Backend):
     # -- keys ----------------------------------------------------------------------------
 
     def _key(self, key: str) -> bytes:
-        return self._root + key.encode()
+        return self._root + check_key(key, "etcd").encode()
 
     def _entry(self, kv: Any) -> Entry:
         key = bytes(kv.key)[len(self._root) :].decode()
@@ -185,6 +188,7 @@ class EtcdBackend(Backend):
         failure: list[Any] | None = None,
     ) -> Any:
         request = rpc.TxnRequest(compare=compare, success=success, failure=failure or [])
+        check_request(request.ByteSize(), self.max_request_size, f"etcd {what}")
         return await self._conn.call(what, lambda c: c.kv.Txn, request, retry=retry)
 
     # -- leases --------------------------------------------------------------------------
@@ -336,14 +340,20 @@ class EtcdBackend(Backend):
         _keys.check_plain_key(key, "put")
         check_value(value, self.max_value_size, f"put {key!r}")
         k = self._key(key)
-        absent = rpc.Compare(key=k, target=_CREATE, create_revision=0, result=_EQUAL)
-        reply = await self._txn(
-            "put",
-            [absent],
-            self._put_ops(k, value, lease, new=True),
-            failure=self._put_ops(k, value, lease, new=False),
-        )
-        return self._entry(reply.responses[1].response_range.kvs[0])
+        read = [rpc.RequestOp(request_range=rpc.RangeRequest(key=k))]
+        # The value goes in one branch of one request (in both branches it would take
+        # twice the room): create the key, or else set it if it is still the one read.
+        while True:
+            absent = rpc.Compare(key=k, target=_CREATE, create_revision=0, result=_EQUAL)
+            create = self._put_ops(k, value, lease, new=True)
+            reply = await self._txn("put", [absent], create, failure=read)
+            if not reply.succeeded:
+                revision = reply.responses[0].response_range.kvs[0].create_revision
+                same = rpc.Compare(key=k, target=_CREATE, create_revision=revision, result=_EQUAL)
+                update = self._put_ops(k, value, lease, new=False)
+                reply = await self._txn("put", [same], update)
+            if reply.succeeded:
+                return self._entry(reply.responses[1].response_range.kvs[0])
 
     def _put_ops(self, k: bytes, value: bytes, lease: Lease | None, *, new: bool) -> list[Any]:
         if new:  # this write creates the key: *lease* binds it

@@ -25,6 +25,7 @@ from ._options import Options, hosts_string, url_options
 from ._paths import Paths
 from ._plain import PlainKeys
 from ._queue import Queues
+from ._sizes import RequestSizes
 from ._watches import WatchRegistry
 
 if TYPE_CHECKING:
@@ -70,6 +71,9 @@ class ZooKeeperBackend(FaultHooks, Backend):
 
     #: ZooKeeper sends the session timeout as a signed 32-bit number of milliseconds.
     max_ttl: float = (2**31 - 1) / 1000
+    #: The server's ``jute.maxbuffer`` (1,048,575 bytes by default) less a margin: a
+    #: request is measured as the packet sent (:mod:`._sizes`).
+    max_request_size: int = 1_040_000
 
     def __init__(
         self,
@@ -86,6 +90,7 @@ class ZooKeeperBackend(FaultHooks, Backend):
             auth=auth, acl=acl, suspended_is_lost=suspended_is_lost, connect_timeout=connect_timeout
         )
         self._paths = Paths(namespace)
+        self._sizes = RequestSizes(self._paths, self._options.acl, self.max_request_size)
         self._url = format_url("zk", self._hosts, namespace, auth[0] if auth else None)
         self._bridge = Bridge()
         self._watches = WatchRegistry(self._bridge)
@@ -259,6 +264,7 @@ class ZooKeeperBackend(FaultHooks, Backend):
         :raises SessionExpiredError: if *lease* is lost
         """
         check_value(value, self.max_value_size, f"register {prefix + waiter_id!r}")
+        self._sizes.check_write(prefix + waiter_id, value, "register", suffix="-")
         self._check_open()
         session_id = self._session_of(lease) if lease is not None else 0
         return await self._queues.register(prefix, waiter_id, session_id, value, ahead, kind)
@@ -309,6 +315,7 @@ class ZooKeeperBackend(FaultHooks, Backend):
         creates. A checkpoint. Not repeated after a connection loss. If cancelled, it may
         have happened."""
         check_ops(ops, self.max_value_size)
+        self._sizes.check_multi(ops)
         self._check_open()
         return await self._multi.transact(ops, self._session_of)
 
@@ -359,6 +366,7 @@ class ZooKeeperBackend(FaultHooks, Backend):
         """
         _keys.check_plain_key(key, "put")
         check_value(value, self.max_value_size, f"put {key!r}")
+        self._sizes.check_write(key, value, "put")
         self._check_open()
         if lease is not None:
             self._session_of(lease)  # raises unless it is this backend's live session
@@ -376,6 +384,7 @@ class ZooKeeperBackend(FaultHooks, Backend):
         if version is None:
             _keys.check_plain_key(key, "compare_and_set")
         check_value(value, self.max_value_size, f"compare_and_set {key!r}")
+        self._sizes.check_write(key, value, "compare_and_set")
         self._check_open()
         if lease is not None and version is None:
             self._session_of(lease)

@@ -16,6 +16,7 @@ import heapq
 from dataclasses import dataclass
 
 from ..._keys import WAITER_MARK
+from .._txn import check_key
 
 __all__ = [
     "Paths",
@@ -102,8 +103,12 @@ class Paths:
         self.root = "/" + namespace.strip("/") if namespace.strip("/") else ""
 
     def path(self, key: str) -> str:
-        """The znode path of *key* (a key never starts or ends with ``/``)."""
-        return f"{self.root}/{key}"
+        """The znode path of *key* (a key never starts or ends with ``/``).
+
+        :raises ConfigurationError: for a key over MAX_KEY_SIZE bytes: every request
+            goes through here, so none can carry one to the server
+        """
+        return f"{self.root}/{check_key(key, 'ZooKeeper')}"
 
     def key(self, path: str) -> str:
         """The key of a znode path under the root."""
