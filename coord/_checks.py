@@ -18,6 +18,7 @@ __all__ = [
     "check_duration",
     "check_int",
     "check_seconds",
+    "check_size",
     "check_str",
     "check_type",
 ]
@@ -47,6 +48,17 @@ def check_bytes(value: object, what: str) -> bytes:
     if not isinstance(value, bytes | bytearray | memoryview):
         raise TypeError(f"{what} must be bytes, not {type(value).__name__}")
     return bytes(value)
+
+
+def check_size(value: object, limit: int, what: str) -> bytes:
+    """*value* as bytes (TypeError if it is not), if it takes at most *limit* bytes, the
+    store's limit (else ConfigurationError): checked at the call, before any request."""
+    data = check_bytes(value, what)
+    if len(data) > limit:
+        raise ConfigurationError(
+            f"{what} is {len(data):,} bytes; this store takes at most {limit:,}"
+        )
+    return data
 
 
 def check_int(value: object, what: str) -> int:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, NoReturn
 import anyio
 
 from . import _keys, _retry
-from ._checks import check_bytes, check_seconds
+from ._checks import check_seconds, check_size
 from ._exceptions import (
     BackendError,
     BackendUnavailable,
@@ -72,10 +72,12 @@ class Term(Hold):
 
         :raises LeadershipLost: if the term is over (the key is gone, the session lost)
         :raises TypeError: if *value* is not bytes
+        :raises ConfigurationError: if *value* is larger than the store takes
+            (``backend.max_value_size``): nothing is sent, the term goes on
         """
-        value = check_bytes(value, "a leader's value")
         session = self._session
         backend = session.backend
+        value = check_size(value, backend.max_value_size, "a leader's value")
         for attempt in _retry.attempts():
             if self.released:
                 raise LeadershipLost(f"{self.name!r}: the term (fence {self.fence}) has ended")
@@ -178,8 +180,13 @@ class Election:
         one election (asking again raises :exc:`coord.LockedError`).
 
         :raises TypeError: if *value* is not bytes (at the call)
+        :raises ConfigurationError: if *value* is larger than the store takes
+            (``backend.max_value_size``), at the call
         """
-        return Campaign(self._source, self._name, check_bytes(value, "a leader's value"))
+        return Campaign(self._source, self._name, self._check_value(value))
+
+    def _check_value(self, value: object) -> bytes:
+        return check_size(value, self._source.backend.max_value_size, "a leader's value")
 
     async def leader(self) -> Leader | None:
         """The current leader, or None if nobody leads. A checkpoint; one read.
@@ -221,9 +228,10 @@ class Election:
 
         :raises TypeError: if *fn* is not callable, *value* not bytes or *cooldown* not a
             number (at the call)
-        :raises ConfigurationError: for a *cooldown* below 0 or not finite (at the call)
+        :raises ConfigurationError: for a *cooldown* below 0 or not finite, or a *value*
+            larger than the store takes (at the call)
         """
-        value = check_bytes(value, "a leader's value")
+        value = self._check_value(value)
         if not callable(fn):
             raise TypeError(f"fn must be an async function, not {type(fn).__name__}")
         cooldown = check_seconds(cooldown, "cooldown")

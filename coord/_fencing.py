@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from ._checks import check_bytes, check_int, check_str, check_type
+from ._checks import check_int, check_size, check_str, check_type
 from ._exceptions import ConfigurationError
 from ._hold import Hold
 from ._keys import check_name
@@ -64,11 +64,12 @@ async def fenced_put(hold: Hold, key: str, value: bytes) -> None:
     :raises TypeError: if *hold* is not a :class:`coord.Hold`, *key* not a str or
         *value* not bytes
     :raises ConfigurationError: for a key that is not a valid name, is the lock's own
-        name or one of its parents, or a waiter key, or a value the store does not take
+        name or one of its parents, or a waiter key, or a value larger than the store
+        takes (``backend.max_value_size``): nothing is sent
     """
     check_type(hold, Hold, "fenced_put: hold", "a coord.Hold")
     check_name(key, what="fenced_put key")
-    value = check_bytes(value, "fenced_put value")
+    value = check_size(value, hold.session.backend.max_value_size, "fenced_put value")
     if hold.name == key or hold.name.startswith(key + "/"):
         # On ZooKeeper that node is a container the server deletes once the lock is
         # idle: the write would be lost. Refused on every store, so code stays portable.

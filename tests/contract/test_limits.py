@@ -10,12 +10,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 import coord
 from coord.abc import Create, Put, Update
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from coord.abc import Op
 
 pytestmark = pytest.mark.anyio
@@ -140,6 +143,35 @@ async def test_every_call_writes_a_value_of_max_value_size(clients: list[coord.C
         await term.proclaim(value[1:])
         await coord.fenced_put(term, "big/fenced", value)
     assert (await backend.get("big/fenced")).value == value  # type: ignore[union-attr]
+
+
+async def test_a_value_a_byte_too_large_is_refused_at_the_call(
+    clients: list[coord.Client],
+) -> None:
+    """campaign() and run() refuse it when called (not when entered), as proclaim,
+    fenced_put and every backend write do, with nothing written."""
+    a = clients[0]
+    backend = a.backend
+    over = b"v" * (backend.max_value_size + 1)
+    election = a.election("over/leader")
+    with pytest.raises(coord.ConfigurationError, match="a leader's value is 1,000,001 bytes"):
+        election.campaign(over)
+    with pytest.raises(coord.ConfigurationError, match="a leader's value"):
+        await election.run(lambda term: anyio.lowlevel.checkpoint(), over)
+    async with a.mutex("over/lock") as hold:
+        with pytest.raises(coord.ConfigurationError, match="fenced_put value"):
+            await coord.fenced_put(hold, "over/fenced", over)
+    writes: list[Callable[[], Awaitable[object]]] = [
+        lambda: backend.put("over/put", over),
+        lambda: backend.compare_and_set("over/cas", over, version=None),
+        lambda: backend.register("over/queue/", "@wover", None, value=over),
+        lambda: backend.transact([Create("over/queue/", "@wnew", over)]),
+    ]
+    for write in writes:
+        with pytest.raises(coord.ConfigurationError, match="at most 1,000,000"):
+            await write()
+    assert await backend.names("over") == []
+    assert await backend.get("over/put") is None
 
 
 async def test_keys_and_transactions_past_the_limits_are_refused(
