@@ -82,7 +82,8 @@ class Client(AsyncResource):
     cancelled and get :exc:`coord.LockLost`, its waiters register again on the next
     session, and the client opens that next session by itself, backing off while the
     store cannot be reached. ``renew=False`` makes the first loss final instead: then
-    every later acquire raises :exc:`coord.SessionExpiredError`.
+    every later acquire raises :exc:`coord.SessionExpiredError`, and so does
+    ``election.observe()``, at once, even while it waits for a change.
 
     :param backend: an unopened backend; the client opens and closes it
     :param ttl: each session's lease TTL in seconds

@@ -203,8 +203,15 @@ class Election:
         a new leader, a proclaimed value, no leader. Level-triggered and de-duplicated:
         each value yielded was read from the store, never a state already yielded.
         Survives store outages, restarts, lost watch history and new sessions (it reads
-        again and carries on); raises :exc:`coord.ClosedError` when the client closes.
-        Needs no session of its own.
+        again and carries on), and never ends on its own otherwise. Needs no session of
+        its own (a client opened with ``sessions=False`` observes until it is closed).
+        Each step is a checkpoint.
+
+        :raises ClosedError: when the client closes, also while waiting for a change
+        :raises SessionExpiredError: with ``renew=False``, as soon as the client's
+            session is lost (none will follow it), on every store alike, also while
+            waiting for a change: ZooKeeper can read nothing once its session is over,
+            and a client that opens no other is done
         """
         return Observer(self._source, self._prefix)
 

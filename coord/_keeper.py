@@ -27,11 +27,13 @@ from anyio.abc import AsyncResource, TaskGroup
 from . import _retry, _waiters
 from ._checks import check_bool
 from ._exceptions import ClosedError, SessionExpiredError
+from ._readers import Readers
 from ._session import NOT_OPEN, Session, SessionSource, check_ttl
 from ._stats import Counters
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
+    from contextlib import AbstractContextManager
     from types import TracebackType
 
     from anyio.abc import TaskStatus
@@ -94,6 +96,7 @@ class SessionKeeper(SessionSource, AsyncResource):
         self._generation = 0
         self._opened = self._lost = self._failures = 0
         self._finished: dict[Session, anyio.Event] = {}
+        self._readers = Readers(self._check_reading)
 
     @property
     def backend(self) -> Backend:
@@ -154,11 +157,19 @@ class SessionKeeper(SessionSource, AsyncResource):
             if session is not None and not session.lost:
                 return session
             if self._dead:
-                raise SessionExpiredError(
-                    f"the session was lost ({session.reason if session else '?'}) and this "
-                    "client does not open another (renew=False)"
-                )
+                raise _no_next(session)
             await self._changed.wait()
+
+    def reading(self) -> AbstractContextManager[object]:
+        """Ends with ClosedError when the client closes, and with SessionExpiredError as
+        soon as the session is lost with ``renew=False``."""
+        return self._readers.reading()
+
+    def _check_reading(self) -> None:
+        self.check_open()
+        session = self._current
+        if not self.renews and session is not None and session.lost:
+            raise _no_next(session)
 
     def changes(self) -> AsyncIterator[Session]:
         """The current session, then each new one as it is opened; ends when the client
@@ -201,8 +212,10 @@ class SessionKeeper(SessionSource, AsyncResource):
         bounded by the TTL) and stop renewing. Shielded."""
         if self._closing or self._tg is None:
             self._closing = True
+            self._readers.end()
             return
         self._closing = True
+        self._readers.end()
         self._publish()
         session = self._current
         try:
@@ -261,6 +274,8 @@ class SessionKeeper(SessionSource, AsyncResource):
                 session.reason,
                 "; opening a new one" if self.renews else "; not renewing (renew=False)",
             )
+            if not self.renews:
+                self._readers.end()  # now: not after the revoke, which may take the TTL
             lost_at = anyio.current_time()
             finished = self._finished.get(session)
             if finished is not None:  # the lease is revoked (or given up) before the next
@@ -293,6 +308,13 @@ class SessionKeeper(SessionSource, AsyncResource):
                 attempt,
             )
             return
+
+
+def _no_next(session: Session | None) -> SessionExpiredError:
+    return SessionExpiredError(
+        f"the session was lost ({session.reason if session else '?'}) and this client "
+        "does not open another (renew=False)"
+    )
 
 
 class _Changes:

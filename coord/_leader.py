@@ -5,7 +5,11 @@
 (or, with no leader, for any key to appear), and reads again: level-triggered, so it
 reports "no leader" (google/trillian#1387), never the wrong one on batched writes (etcd
 #18163), and an error or a lost history only makes it read again (it never closes on
-its own). It needs no session: only reads and watches.
+its own). It needs no session: only reads and watches; each wait runs in the session
+source's :meth:`~coord._session.SessionSource.reading` scope, so it ends when the client
+closes (ClosedError) and, with ``renew=False``, as soon as its session is lost
+(SessionExpiredError: on every store alike; ZooKeeper refuses every request once its
+session is over, where etcd could follow on).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import _retry
-from ._exceptions import BackendError, SessionExpiredError
+from ._exceptions import BackendError, ClosedError, SessionExpiredError
 from ._hold import fence_of
 
 if TYPE_CHECKING:
@@ -58,6 +62,11 @@ class Observer:
 
     async def __anext__(self) -> Leader | None:
         self._source.check_open()
+        with self._source.reading():
+            return await self._next()
+        raise ClosedError("observe: the client was closed")  # pragma: no cover
+
+    async def _next(self) -> Leader | None:
         backend = self._source.backend
         attempt = 0
         while True:

@@ -14,9 +14,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ._exceptions import ClosedError, ConfigurationError
+from ._readers import Readers
 from ._session import NOT_OPEN, SessionSource
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
     from ._session import Session
     from ._stats import Counters
     from .abc import Backend
@@ -39,14 +42,20 @@ class NoSessions(SessionSource):
         self.identity = identity
         self.counters = counters
         self._state = "new"  # then "open", then "closed"
+        self._readers = Readers(self.check_open)
 
     def open(self) -> None:
         """The client is entered: reads may begin."""
         self._state = "open"
 
     def close(self) -> None:
-        """The client is closed: reads are refused."""
+        """The client is closed: reads are refused, and those waiting end."""
         self._state = "closed"
+        self._readers.end()
+
+    def reading(self) -> AbstractContextManager[object]:
+        """Ends with ClosedError when the client closes (there is no session to lose)."""
+        return self._readers.reading()
 
     def check_open(self) -> None:
         """Raise :exc:`ClosedError` if the client is not open yet or closed. Not a

@@ -40,6 +40,7 @@ from .abc import Entry
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine, Iterator
+    from contextlib import AbstractContextManager
     from types import TracebackType
 
     from .abc import Backend, Lease, Position
@@ -111,6 +112,17 @@ class SessionSource(ABC):
     def check_open(self) -> None:
         """Raise :exc:`ClosedError` (saying why) if it cannot be used now. Not a
         checkpoint."""
+
+    @abstractmethod
+    def reading(self) -> AbstractContextManager[object]:
+        """A scope around a wait that needs no session (``observe``): it ends with
+        :exc:`ClosedError` when the source is closed, and with
+        :exc:`SessionExpiredError` once its session is lost and none will follow. Not a
+        checkpoint.
+
+        :raises ClosedError: if closed
+        :raises SessionExpiredError: if the session is lost and none will follow
+        """
 
     async def read(self, func: Callable[[Backend], Awaitable[_T]]) -> _T:
         """Run the read-only request ``func(backend)``; again, on the next session, if
@@ -217,6 +229,10 @@ class Session(SessionSource, AsyncResource):
     def check_open(self) -> None:
         """Nothing to check: reads need only the backend (which says if it is closed),
         and :meth:`live` checks the session itself."""
+
+    def reading(self) -> AbstractContextManager[object]:
+        """No session follows this one: its loss (or its close) ends the wait."""
+        return self.guard()
 
     def check(self) -> Lease:
         """Return the lease if the session can be used, else raise.

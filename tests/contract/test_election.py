@@ -19,6 +19,8 @@ from coord.testing._faults import _wait_for_queue as wait_for_queue
 from ._recorder import Recorder
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
     from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
 pytestmark = pytest.mark.anyio
@@ -340,6 +342,51 @@ async def test_observe_survives_its_own_clients_session_losses(
                     await anyio.sleep(0.01)
             assert seen[-1] == coord.Leader(term.key, b"a", term.fence)
         tg.cancel_scope.cancel()
+
+
+async def test_observe_with_renew_false_raises_once_its_session_is_lost(
+    coord_url: str, clients: list[coord.Client]
+) -> None:
+    """With renew=False no session follows a lost one: observe() raises
+    SessionExpiredError at once, on every store, whether it was waiting for a change or
+    is called again (issue 17, item 7: on ZooKeeper, which refuses every request once
+    the session is over, it waited in silence; on etcd it went on)."""
+    async with coord.connect(coord_url, ttl=5, renew=False) as client:
+        election = client.election("obs-final")
+        observer = election.observe()
+        with anyio.fail_after(15):
+            assert await anext(observer) is None
+            async with clients[0].election("obs-final").campaign(b"a") as term:
+                assert await anext(observer) == coord.Leader(term.key, b"a", term.fence)
+                await expire_session(client)
+                with pytest.raises(coord.SessionExpiredError, match="renew=False"):
+                    await anext(observer)  # waiting for the leader to change
+            with pytest.raises(coord.SessionExpiredError, match="renew=False"):
+                await anext(election.observe())
+
+
+@pytest.mark.parametrize(("renew", "sessions"), [(True, True), (False, True), (True, False)])
+async def test_observe_raises_closed_error_when_its_client_closes(
+    coord_url: str, renew: bool, sessions: bool
+) -> None:
+    """Waiting for a change, observe() ends with ClosedError when its client closes (on
+    etcd and memory it waited on, on a watch of a closed client)."""
+    errors: list[BaseException] = []
+
+    async def follow(observer: AsyncIterator[coord.Leader | None]) -> None:
+        try:
+            await anext(observer)
+        except coord.CoordError as exc:
+            errors.append(exc)
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            async with coord.connect(coord_url, ttl=5, renew=renew, sessions=sessions) as client:
+                observer = client.election("obs-closed").observe()
+                assert await anext(observer) is None
+                tg.start_soon(follow, observer)
+                await anyio.sleep(0.2)
+    assert [type(error) for error in errors] == [coord.ClosedError]
 
 
 async def candidates(client: coord.Client) -> tuple[object, ...]:
