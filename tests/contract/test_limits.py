@@ -37,22 +37,24 @@ async def claims_of(client: coord.Client, name: str) -> list[str]:
 async def test_a_failure_message_never_wedges_its_key(
     clients: list[coord.Client], on_exhausted: Literal["park", "dead_letter"]
 ) -> None:
-    """The largest job put takes, with the widest key, fails twice with a message that
-    grows sixfold in JSON: the retry, then the park or dead letter, are written (the
-    message cut to fit) and the claim goes; the key is not blocked."""
+    """The largest job put takes, with the widest key, under the longest name, fails
+    twice with a message that grows sixfold in JSON: the retry, then the park or dead
+    letter, are written (the message cut to fit) and the claim goes; the key is not
+    blocked."""
     a, b, _, _ = clients
-    queue = a.queue("wedge", max_attempts=2, on_exhausted=on_exhausted, retry_delay=0)
+    name = "wedge/" + "错" * 500  # about the longest name (its lock adds "/_turn")
+    queue = a.queue(name, max_attempts=2, on_exhausted=on_exhausted, retry_delay=0)
     size = queue.max_payload_size
     await queue.put(b"\xab" * size, key=WIDEST_KEY)
     await queue.put(b"next", key=WIDEST_KEY)
-    worker = b.queue("wedge", max_attempts=2, on_exhausted=on_exhausted, retry_delay=0)
+    worker = b.queue(name, max_attempts=2, on_exhausted=on_exhausted, retry_delay=0)
     with anyio.fail_after(20):
         for attempt in (0, 1):  # a retry in place, then the last attempt
             with pytest.raises(ValueError, match="错"):
                 async with worker.claim() as job:
                     assert (job.attempt, len(job.payload)) == (attempt, size)
                     raise ValueError(WIDE_MESSAGE)
-        assert await claims_of(a, "wedge") == []
+        assert await claims_of(a, name) == []
         if on_exhausted == "park":
             assert (await queue.stats()).parked == 1
             assert await queue.unpark(WIDEST_KEY) == 1
