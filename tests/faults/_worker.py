@@ -96,6 +96,8 @@ async def loop(client: coord.Client, store: StoreClient, proc: str, task: str, r
                 await store.ask("EXIT", proc, task, fence)
             if isinstance(hold, coord.Job):
                 await store.ask("ACKED", proc, task, fence, hold.seq, hold.id)
+        except coord.ClaimLost as exc:  # what became of its ending, as the store said
+            await store.ask("LOST", proc, task, fence, 0, exc.outcome.replace(" ", "_"))
         except coord.LockLost:
             await store.ask("LOST", proc, task, fence)
         except Exception as exc:  # a service retries

@@ -67,13 +67,17 @@ def test_a_killed_holder_does_not_count_as_overlapping() -> None:
     _checks.check_no_overlap(_checks.holds(events, killed=["a"]))
 
 
-def _job(proc: str, fence: int, job: str, seq: int, at: float, end: str | None) -> list[Event]:
+def _job(
+    proc: str, fence: int, job: str, seq: int, at: float, end: str | None, outcome: str = ""
+) -> list[Event]:
     events = [
         Event(at, "ENTER", proc, "t0", fence),
         Event(at + 0.1, "JOB", proc, "t0", fence, seq, detail=job),
         Event(at + 0.2, "EXIT", proc, "t0", fence),
     ]
-    if end is not None:
+    if end == "LOST":  # as the store records a ClaimLost: its outcome
+        events.append(Event(at + 0.3, end, proc, "t0", fence, detail=outcome))
+    elif end is not None:
         events.append(Event(at + 0.3, end, proc, "t0", fence, seq, detail=job))
     return events
 
@@ -89,10 +93,13 @@ def test_queue_checks() -> None:
     with pytest.raises(AssertionError, match="out of put order"):
         _checks.check_queue(puts + acked + _job("c", 11, "j3", 3, 3, "ACKED"), set())
     # An ack whose outcome was unknown (the holder left its body, then was told
-    # ClaimLost) accounts for a job that is gone; a claim lost before its body ended
-    # does not.
-    unknown = _job("c", 13, "j3", 3, 3, "LOST")
+    # ClaimLost, outcome unknown) accounts for a job that is gone; a claim lost before
+    # its body ended does not, nor an ack the store refused ("not done").
+    unknown = _job("c", 13, "j3", 3, 3, "LOST", "unknown")
     assert _checks.check_queue(puts + acked + unknown, set()) == 2
     cut_off = [e for e in unknown if e.kind != "EXIT"]
     with pytest.raises(AssertionError, match="1 jobs lost"):
         _checks.check_queue(puts + acked + cut_off, set())
+    refused = _job("c", 13, "j3", 3, 3, "LOST", "not_done")
+    with pytest.raises(AssertionError, match="1 jobs lost"):
+        _checks.check_queue(puts + acked + refused, set())
