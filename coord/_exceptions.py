@@ -16,6 +16,8 @@
     ├── NotOwnerError         + RuntimeError release of a lock this task does not hold
     ├── NotLeaderError, NoLeaderError        (election)
     ├── JobNotFound           + LookupError  (queue) no such job or dead letter
+    ├── OutcomeUnknown                       a write was sent and no answer came: it may
+    │                                        have been applied (``.operation``, ``.job_id``)
     └── ClosedError           + anyio.ClosedResourceError
 
 Client-library errors (gRPC, kazoo) are translated at the backend boundary with
@@ -42,6 +44,7 @@ __all__ = [
     "NoLeaderError",
     "NotLeaderError",
     "NotOwnerError",
+    "OutcomeUnknown",
     "ResyncNeeded",
     "SessionExpiredError",
 ]
@@ -126,6 +129,27 @@ class ClaimLost(LockLost):
 
 class JobNotFound(CoordError, LookupError):
     """No queued job or dead letter has the id given."""
+
+
+class OutcomeUnknown(CoordError):
+    """A write was sent to the store and no answer came (the store stopped answering, or
+    the session was lost while it was in flight): it may have been applied, or not.
+
+    Raised by :meth:`coord.Queue.put`: the job may have been queued. A put with a
+    ``job_id`` can be repeated safely: a put repeating a job id queues nothing more and
+    returns the job (see :meth:`coord.Queue.put`).
+
+    :ivar operation: what was sent (``"put"``)
+    :ivar job_id: the id of the job it concerns
+    :ivar outcome: always ``"unknown"`` (as :attr:`coord.ClaimLost.outcome` says it)
+    """
+
+    outcome = "unknown"
+
+    def __init__(self, *args: object, operation: str, job_id: str | None = None) -> None:
+        super().__init__(*args)
+        self.operation = operation
+        self.job_id = job_id
 
 
 class LockedError(CoordError):

@@ -31,7 +31,7 @@ from ._session import NOT_OPEN, Session, SessionSource, check_ttl
 from ._stats import Counters
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Callable, Coroutine
     from types import TracebackType
 
     from anyio.abc import TaskStatus
@@ -159,6 +159,16 @@ class SessionKeeper(SessionSource, AsyncResource):
                     "client does not open another (renew=False)"
                 )
             await self._changed.wait()
+
+    def spawn(self, func: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run *func* in the client's task group: across sessions, until the client
+        closes. Not a checkpoint.
+
+        :raises ClosedError: if the client is not open, or closing
+        """
+        if self._tg is None or self._closing:
+            raise ClosedError("the client is not open")
+        self._tg.start_soon(func)
 
     def changes(self) -> AsyncIterator[Session]:
         """The current session, then each new one as it is opened; ends when the client
