@@ -28,6 +28,7 @@ from ._exceptions import LockLost as LockLost
 from ._exceptions import NoLeaderError as NoLeaderError
 from ._exceptions import NotLeaderError as NotLeaderError
 from ._exceptions import NotOwnerError as NotOwnerError
+from ._exceptions import OutcomeUnknown as OutcomeUnknown
 from ._exceptions import ResyncNeeded as ResyncNeeded
 from ._exceptions import SessionExpiredError as SessionExpiredError
 from ._fencing import fenced_put as fenced_put
@@ -80,6 +81,7 @@ __all__ = [
     "NoLeaderError",
     "NotLeaderError",
     "NotOwnerError",
+    "OutcomeUnknown",
     "Queue",
     "QueueStats",
     "RWLock",

@@ -213,6 +213,7 @@ class Client(AsyncResource):
         on_exhausted: Exhausted = "park",
         retry_delay: float = 1.0,
         max_retry_delay: float = 60.0,
+        dedupe_window: float = 600.0,
     ) -> Queue:
         """A durable job queue with per-key order and fenced acks (see
         :class:`coord.Queue`). Not a checkpoint; nothing is written until a put.
@@ -226,6 +227,7 @@ class Client(AsyncResource):
             on_exhausted=on_exhausted,
             retry_delay=retry_delay,
             max_retry_delay=max_retry_delay,
+            dedupe_window=dedupe_window,
         )
 
     async def __aenter__(self) -> Client:

@@ -16,6 +16,8 @@
     ├── NotOwnerError         + RuntimeError release of a lock this task does not hold
     ├── NotLeaderError, NoLeaderError        (election)
     ├── JobNotFound           + LookupError  (queue) no such job or dead letter
+    ├── OutcomeUnknown                       a write was sent and no answer came: it may
+    │                                        have been applied (``.operation``, ``.job_id``)
     └── ClosedError           + anyio.ClosedResourceError
 
 Client-library errors (gRPC, kazoo) are translated at the backend boundary with
@@ -42,6 +44,7 @@ __all__ = [
     "NoLeaderError",
     "NotLeaderError",
     "NotOwnerError",
+    "OutcomeUnknown",
     "ResyncNeeded",
     "SessionExpiredError",
 ]
@@ -99,15 +102,54 @@ class LeadershipLost(LockLost):
 
 
 class ClaimLost(LockLost):
-    """A worker's claim on a queued job was lost while it worked on the job.
+    """A worker's claim on a queued job was lost, or its ending (ack, retry, park,
+    dead letter, release) was not known to be applied.
 
-    Its session was lost, or the claim was otherwise taken from it: the job may already
-    be claimed by another worker, so side effects must be made idempotent with
-    ``job.fence``. The worker's ack or nack was refused (or will be)."""
+    :attr:`outcome` says what became of the ending, as the store answered:
+
+    * ``"not done"``: certainly not applied. The claim was lost while the body ran (the
+      body was cancelled and no ending was sent), or the store refused the ending
+      because the claim was no longer this worker's. The job is another worker's to do
+      (it may already be): make side effects idempotent with ``job.fence``.
+    * ``"unknown"``: the ending was sent and no answer came in time (a lost reply, the
+      session lost with it, or the store's answer slower than the TTL). It may have been
+      applied: the job may be done, or may run again. The client keeps trying to learn
+      the answer after this is raised, and logs it (logger ``coord``, WARNING) with the
+      job's id.
+
+    :ivar outcome: ``"not done"`` or ``"unknown"``
+    :ivar job_id: the id of the job (:attr:`coord.Job.id`), None if raised by a lock
+    """
+
+    def __init__(self, *args: object, outcome: str = "not done", job_id: str | None = None):
+        super().__init__(*args)
+        self.outcome = outcome
+        self.job_id = job_id
 
 
 class JobNotFound(CoordError, LookupError):
     """No queued job or dead letter has the id given."""
+
+
+class OutcomeUnknown(CoordError):
+    """A write was sent to the store and no answer came (the store stopped answering, or
+    the session was lost while it was in flight): it may have been applied, or not.
+
+    Raised by :meth:`coord.Queue.put`: the job may have been queued. A put with a
+    ``job_id`` can be repeated safely: a put repeating a job id queues nothing more and
+    returns the job (see :meth:`coord.Queue.put`).
+
+    :ivar operation: what was sent (``"put"``)
+    :ivar job_id: the id of the job it concerns
+    :ivar outcome: always ``"unknown"`` (as :attr:`coord.ClaimLost.outcome` says it)
+    """
+
+    outcome = "unknown"
+
+    def __init__(self, *args: object, operation: str, job_id: str | None = None) -> None:
+        super().__init__(*args)
+        self.operation = operation
+        self.job_id = job_id
 
 
 class LockedError(CoordError):

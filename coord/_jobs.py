@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "HEADER_ROOM",
     "MAX_ERROR_SIZE",
+    "MAX_JOB_ID_LENGTH",
     "MAX_KEY_LENGTH",
     "DeadLetter",
     "JobRef",
@@ -45,6 +46,8 @@ __all__ = [
 _MAGIC = b"cq1"
 _LENGTH = struct.Struct(">I")
 MAX_KEY_LENGTH = 256
+#: The longest job id a put takes (``put(..., job_id=)``), in characters.
+MAX_JOB_ID_LENGTH = 256
 #: The most a failure message takes in a job's header, in bytes as stored (JSON-escaped,
 #: quotes included); a longer one is cut, and ends with :data:`_CUT`.
 MAX_ERROR_SIZE = 2048
@@ -151,7 +154,7 @@ def _header_room() -> int:
     characters that JSON escapes as 12 bytes each, the longest float), and a failure
     message of MAX_ERROR_SIZE bytes in place of ``null``."""
     widest = State(
-        id="f" * 32,  # a uuid4 hex, as put makes
+        id="\U0010ffff" * MAX_JOB_ID_LENGTH,  # a caller's job_id (put's own: 32 hex)
         key="\U0010ffff" * MAX_KEY_LENGTH,
         attempt=2**63,
         not_before=-1.7976931348623157e308,

@@ -32,7 +32,7 @@ from ._session import NOT_OPEN, Session, SessionSource, check_ttl
 from ._stats import Counters
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Callable, Coroutine
     from contextlib import AbstractContextManager
     from types import TracebackType
 
@@ -170,6 +170,16 @@ class SessionKeeper(SessionSource, AsyncResource):
         session = self._current
         if not self.renews and session is not None and session.lost:
             raise _no_next(session)
+
+    def spawn(self, func: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run *func* in the client's task group: across sessions, until the client
+        closes. Not a checkpoint.
+
+        :raises ClosedError: if the client is not open, or closing
+        """
+        if self._tg is None or self._closing:
+            raise ClosedError("the client is not open")
+        self._tg.start_soon(func)
 
     def changes(self) -> AsyncIterator[Session]:
         """The current session, then each new one as it is opened; ends when the client

@@ -8,6 +8,8 @@ Layout under the queue's name ``N``:
 * ``N/_claims/@c<id>``: one entry per claim, bound to the worker's lease, so that a dead
   worker's claims go with its session and the jobs can be claimed again;
 * ``N/_dead/@j<id>``: the dead-letter list (option ``on_exhausted="dead_letter"``);
+* ``N/_ids/@t<digest>``: a marker per job put with a ``job_id``, for ``dedupe_window``
+  (:mod:`coord._putting`);
 * ``N/_turn``: the mutex idle workers queue on, so that one of them looks at a time
   (:mod:`coord._claiming`).
 
@@ -25,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from . import _claiming, _jobs, _keys, _retry
-from ._checks import check_int, check_seconds, check_str
+from ._checks import check_duration, check_int, check_seconds, check_str
 from ._exceptions import (
     BackendUnavailable,
     ConfigurationError,
@@ -34,6 +36,7 @@ from ._exceptions import (
 )
 from ._jobs import DeadLetter, JobRef
 from ._mutex import Mutex
+from ._putting import Putter
 from ._settle import Exhausted, Retry, lost_attempt, release_soon, settle
 from .abc import Create, Remove, Update
 
@@ -156,6 +159,8 @@ class Queue:
         :meth:`dead_letters` and its key goes on: order is broken for it, as with SQS)
     :param retry_delay: backoff before the first retry, doubling up to *max_retry_delay*
         (read from the wall clock: workers' clocks should roughly agree)
+    :param dedupe_window: seconds after a put with a ``job_id`` during which a put of
+        the same id queues nothing (see :meth:`put`; wall clock)
     """
 
     def __init__(
@@ -167,10 +172,12 @@ class Queue:
         on_exhausted: Exhausted = "park",
         retry_delay: float = 1.0,
         max_retry_delay: float = 60.0,
+        dedupe_window: float = 600.0,
     ) -> None:
         self._source = source
         self._name = _keys.check_name(name)
         _check_options(max_attempts, on_exhausted, retry_delay, max_retry_delay)
+        self._putter = Putter(source, name, check_duration(dedupe_window, "dedupe_window"))
         self._max_attempts = max_attempts
         self._on_exhausted = on_exhausted
         self._retry_delay = float(retry_delay)
@@ -201,32 +208,39 @@ class Queue:
 
     # -- producers ------------------------------------------------------------------------
 
-    async def put(self, payload: bytes, *, key: str | None = None) -> JobRef:
-        """Append a job. A checkpoint; one consensus write.
+    async def put(
+        self, payload: bytes, *, key: str | None = None, job_id: str | None = None
+    ) -> JobRef:
+        """Append a job. A checkpoint; one consensus write (with a *job_id*: also a read
+        or two, to find an earlier put of that id).
 
-        If cancelled, or if it raises BackendUnavailable, the job is not queued: one
-        whose request reached the store anyway is deleted again by a task of the session
-        (a worker that took it meanwhile sees its ack refused). The request is not
-        repeated: a repeat after a lost reply could queue again a job that a worker had
-        already taken and acked. If it raises SessionExpiredError, the job may be queued.
+        It ends one of three ways. Done: it returns the job (:class:`coord.JobRef`).
+        Not done: it raises TypeError or ConfigurationError (nothing was written), or
+        SessionExpiredError before anything was sent. Unknown: it raises
+        :exc:`coord.OutcomeUnknown` (with the job's id) when the request was sent and no
+        answer came: the job may be queued, and nothing deletes it behind your back.
 
-        :raises TypeError: for a payload that is not bytes, or a key that is not a str
-        :raises ConfigurationError: for a payload larger than the store takes, or a bad key
+        With a *job_id* the put can be repeated safely: while a job of that id is queued
+        or in flight, and for the queue's ``dedupe_window`` after its put, a put of the
+        same id queues nothing and returns that job. So the answer to OutcomeUnknown is
+        to put again with the same *job_id*.
+
+        If cancelled, the job is not queued: one whose request reached the store anyway
+        is withdrawn by the client (across sessions, while it is open), unless a worker
+        claimed it first; then it runs, and a WARNING (logger ``coord``) names it.
+
+        :param key: jobs with the same key run one at a time, in put order
+        :param job_id: the job's id (any printable string up to 256 characters), making
+            the put repeatable; default: a fresh id
+        :raises TypeError: for a payload that is not bytes, or a key or job id that is
+            not a str
+        :raises ConfigurationError: for a payload larger than the store takes, or a bad
+            key or job id
+        :raises OutcomeUnknown: if the request was sent and no answer came
         """
         key = _jobs.check_key(key)
         data = _jobs.check_payload(payload, self._source.backend.max_value_size)
-        job_id = uuid.uuid4().hex
-        value = _jobs.encode(_jobs.State(id=job_id, key=key), data)
-        session = await self._source.live()
-        position = await session.register(
-            self._jobs,
-            value=value,
-            ahead=0,
-            waiter_id=lambda: f"@j{job_id}",
-            durable=True,
-            retry=False,
-        )
-        return JobRef(job_id, key, position.entry.revision)
+        return await self._putter.put(data, key, job_id)
 
     # -- workers --------------------------------------------------------------------------
 

@@ -124,6 +124,15 @@ class SessionSource(ABC):
         :raises SessionExpiredError: if the session is lost and none will follow
         """
 
+    def spawn(self, func: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run *func* in a task that outlives the current session: the client's (for a
+        clean-up that must go on across sessions, such as withdrawing the job of a
+        cancelled put). Not a checkpoint.
+
+        :raises ClosedError: if closed
+        """
+        raise ClosedError("this client runs no tasks")
+
     async def read(self, func: Callable[[Backend], Awaitable[_T]]) -> _T:
         """Run the read-only request ``func(backend)``; again, on the next session, if
         the current one is lost under it (ZooKeeper refuses every request between a
@@ -356,6 +365,10 @@ class Session(SessionSource, AsyncResource):
             raise ClosedError("the session is not open")
         self._tg.start_soon(func)
 
+    def spawn(self, func: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """A session used alone is its own client: its task group."""
+        self.start_soon(func)
+
     def start_after(self, delay: float, func: Callable[[], Coroutine[Any, Any, None]]) -> Start:
         """Run *func* in the session's task group once *delay* seconds have passed (one
         task of the session waits for all such starts), unless the returned
@@ -386,6 +399,7 @@ class Session(SessionSource, AsyncResource):
         waiter_id: Callable[[], str] | None = None,
         retry: bool = True,
         durable: bool = False,
+        on_abandon: Callable[[Entry | None], None] | None = None,
     ) -> Position:
         """Register a new waiter entry under *prefix* on this session's lease (or a
         durable entry, bound to no lease, with *durable*: a queued job).
@@ -396,6 +410,11 @@ class Session(SessionSource, AsyncResource):
         went away while it was in flight) that task deletes the entry it may have
         created. So a cancelled or failed call leaves nothing behind.
 
+        With *on_abandon* (a queued job, whose clean-up must not depend on the session),
+        a failed call deletes nothing (its caller says the outcome is unknown), and when
+        the caller goes away *on_abandon* is called instead, with the entry created (None
+        if that is not known) once the request has ended.
+
         :raises SessionExpiredError: if the session is or becomes lost
         :raises EntryGoneError: if the entry vanished before the answer (deleted by
             someone else): nothing is left; register again
@@ -404,12 +423,13 @@ class Session(SessionSource, AsyncResource):
         lease = self.check()
         new_id = waiter_id() if waiter_id is not None else _keys.new_waiter_id()
         request = _Registration(prefix, new_id, lease, value, ahead, kind, retry, durable)
+        request.on_abandon = on_abandon
         self.start_soon(lambda: request.run(self))
         try:
             await request.done.wait()
         except BaseException:
             if request.done.is_set() and request.position is not None:
-                self.discard(request.position.entry)  # it arrived: ours to delete
+                (on_abandon or self.discard)(request.position.entry)  # ours to delete
             else:
                 request.abandoned = True  # the task deletes it when the reply comes
             raise
@@ -444,14 +464,17 @@ class Session(SessionSource, AsyncResource):
         func: Callable[[], Awaitable[_T]],
         *,
         undo: Callable[[_T | None], None] | None = None,
+        shield: bool = True,
     ) -> _T | None:
         """Await ``func()`` in a task of the session, which owns its outcome: a native
-        asyncio cancellation of the caller stops the wait, not the work. Waits shielded
-        from anyio cancellation, bounded by the TTL.
+        asyncio cancellation of the caller stops the wait, not the work. Waits bounded by
+        the TTL, and shielded from anyio cancellation unless *shield* is False (then an
+        anyio cancellation, too, stops the wait and not the work).
 
         If the caller goes away (cancelled, or the TTL passed) *undo* is called when the
-        work ends: with its result, or with None if it raised (its outcome is unknown, as
-        after a lost reply). So whatever it did for a caller that is gone can be undone.
+        work ends: with its result, or with None if it raised or was cancelled with the
+        session (its outcome is unknown, as after a lost reply). So whatever it did for a
+        caller that is gone can be undone.
 
         Returns the result, or None if it did not finish in time; raises what it raised.
         """
@@ -463,7 +486,7 @@ class Session(SessionSource, AsyncResource):
 
         def undo_now() -> None:
             if undo is not None:
-                undo(None if isinstance(box[0], _Failed) else box[0])
+                undo(None if not box or isinstance(box[0], _Failed) else box[0])
 
         async def run() -> None:
             try:
@@ -473,13 +496,14 @@ class Session(SessionSource, AsyncResource):
             finally:
                 done.set()
                 # Checked with no checkpoint since the outcome arrived: either the caller
-                # takes it, or it has gone and the outcome is undone here.
-                if abandoned and box:
+                # takes it, or it has gone and the outcome is undone here (also when
+                # this task is cancelled with the session: no outcome, unknown).
+                if abandoned:
                     undo_now()
 
         self._tg.start_soon(run)
         try:
-            with anyio.move_on_after(self._ttl, shield=True):
+            with anyio.move_on_after(self._ttl, shield=shield):
                 await done.wait()
         except BaseException:
             if done.is_set() and box:
@@ -556,6 +580,7 @@ class _Registration:
         self.position: Position | None = None
         self.error: Exception | None = None
         self.abandoned = False
+        self.on_abandon: Callable[[Entry | None], None] | None = None
         self.done = anyio.Event()
 
     async def run(self, session: Session) -> None:
@@ -575,6 +600,12 @@ class _Registration:
             # position (and deletes it itself) or has abandoned it before this point.
             self.done.set()
             orphan = self.abandoned or self.error is not None
+            if self.on_abandon is not None and self.abandoned:
+                # Also when this task is cancelled with the session: the request may
+                # have reached the store, and what it made outlives the session.
+                self.on_abandon(self.position.entry if self.position else None)
+        if self.on_abandon is not None:
+            return
         if orphan and not session.lost:
             lease_id = 0 if self.durable else self.lease.id
             provisional = Entry(self.prefix + self.waiter_id, lease=lease_id)

@@ -10,23 +10,37 @@ lives only this transaction deletes it.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from . import _jobs, _retry
-from ._exceptions import BackendUnavailable, ClosedError, SessionExpiredError
+from ._exceptions import BackendUnavailable, ClaimLost, ClosedError, SessionExpiredError
 from .abc import Create, Remove, Update
 
 if TYPE_CHECKING:
+    from ._hold import Hold
     from ._queue import Job
     from ._session import Session
     from .abc import Entry, Op
 
-__all__ = ["Exhausted", "Retry", "lost_attempt", "release_ops", "release_soon", "settle"]
+__all__ = [
+    "Exhausted",
+    "Outcome",
+    "Retry",
+    "lost_attempt",
+    "release_ops",
+    "release_soon",
+    "settle",
+]
 
 Exhausted = Literal["park", "dead_letter"]
+#: What became of a write: applied, certainly not applied, or not known.
+Outcome = Literal["done", "not done", "unknown"]
+
+_log = logging.getLogger("coord")
 
 
 @dataclass(frozen=True)
@@ -44,38 +58,78 @@ async def settle(job: Job, exc: BaseException | None, retry: Retry) -> None:
     """End *job*'s claim: ack if *exc* is None, retry/park/dead-letter for an Exception,
     release as it was for a cancellation or a deferred job.
 
-    :raises ClaimLost: if the claim had been lost, the ending was refused, or its outcome
-        is unknown (a lost reply, and the session lost before it could be read again)
+    :raises ClaimLost: if the claim had been lost (``outcome="not done"``), the store
+        refused the ending (``"not done"``), or its outcome is unknown (``"unknown"``);
+        not for a cancelled block, whose cancellation propagates as it is
     """
     hold = job._hold
     session = hold.session
     if hold._finish():
-        session.discard(hold.entry)  # it may remain after an interruption
-        raise hold._lost_error(
-            f"{hold.name!r}: the claim was lost (fence {hold.fence}): {hold._why()}"
+        # Lost while the body ran: no ending was sent. If the session lives on (an
+        # interruption, ZooKeeper's SUSPENDED), the job is given back as it was: an
+        # outage the session survives never counts as an attempt.
+        release_soon(session, job._entry, job._state, job.payload, hold.entry)
+        raise ClaimLost(
+            f"{hold.name!r}: the claim was lost (fence {hold.fence}): {hold._why()}",
+            outcome="not done",
+            job_id=job.id,
         )
-    if job._deferred or (exc is not None and not isinstance(exc, Exception)):
-        # Deferred, or cancelled from outside: give it back as it was, no attempt counted.
+    cancelled = exc is not None and not isinstance(exc, Exception)
+    if job._deferred or cancelled:
+        # Give it back as it was, no attempt counted.
         release = release_ops(job._entry, job._state, job.payload, hold.entry)
-        await session.settle(lambda: _apply(session, release, hold.entry, job._entry))
+        outcome = await _end(session, release, hold, job, "release")
+        if outcome != "done" and not cancelled and exc is None:
+            raise _not_done(job, "release", outcome)
         return
     ops: list[Op] = (
         [Remove(job._entry), Remove(hold.entry)] if exc is None else _nack(job, exc, retry)
     )
-    done = await session.settle(lambda: _apply(session, ops, hold.entry, job._entry))
-    if done != "done":
+    what = "ack" if exc is None else "release"
+    outcome = await _end(session, ops, hold, job, what)
+    if outcome != "done":
         hold._frozen = True
-        what = "ack" if exc is None else "release"
-        if done == "lost":
-            raise hold._lost_error(
-                f"{hold.name!r}: the outcome of the {what} is unknown (claim fence "
-                f"{hold.fence}): its reply was lost and the session with it, so it may "
-                "have been applied, or the job may be claimed again"
-            )
-        raise hold._lost_error(
-            f"{hold.name!r}: the {what} was refused: the claim (fence {hold.fence}) was "
-            "no longer ours"
+        raise _not_done(job, what, outcome)
+
+
+async def _end(session: Session, ops: list[Op], hold: Hold, job: Job, what: str) -> Outcome:
+    """Apply the ending *ops* in a task of the session: "done", "not done" (the store
+    refused it: the claim or the job was no longer as claimed) or "unknown". When it is
+    unknown only because the answer took longer than the TTL, the task goes on and logs
+    the answer when it comes."""
+
+    def late(answer: str | None) -> None:
+        _log.warning(
+            "coord: %s of job %s (claim fence %d), whose answer its worker did not wait for: %s",
+            what,
+            job.id,
+            hold.fence,
+            _LATE.get(answer or "lost", "still unknown (the session was lost with it)"),
         )
+
+    answer = await session.settle(lambda: _apply(session, ops, hold.entry, job._entry), undo=late)
+    if answer == "done":
+        return "done"
+    return "not done" if answer == "refused" else "unknown"
+
+
+_LATE = {"done": "it was applied", "refused": "the store refused it: not applied"}
+
+
+def _not_done(job: Job, what: str, outcome: Outcome) -> ClaimLost:
+    hold = job._hold
+    if outcome == "not done":
+        message = (
+            f"the {what} was refused: the claim (fence {hold.fence}) was no longer ours; "
+            "the job is another worker's to do"
+        )
+    else:
+        message = (
+            f"the outcome of the {what} is unknown (claim fence {hold.fence}): it was sent "
+            "and no answer came in time, so it may have been applied, or the job may run "
+            "again; the answer is logged when it comes"
+        )
+    return ClaimLost(f"{hold.name!r}: {message}", outcome=outcome, job_id=job.id)
 
 
 def _nack(job: Job, exc: BaseException, retry: Retry) -> list[Op]:

@@ -360,6 +360,14 @@ class Backend(AsyncResource):
         """Read one key (a plain key or a waiter entry), or None if it does not exist."""
 
     @abstractmethod
+    async def find(self, prefix: str, waiter_id: str, lease: Lease | None) -> Entry | None:
+        """The entry that :meth:`register` (or a :class:`Create`) made under *prefix*
+        with *waiter_id*, bound to *lease* (None: a durable entry), or None if there is
+        none now. On ZooKeeper, where a created name ends with a sequence number, one
+        listing of *prefix* plus one read; elsewhere one read. Nothing changes on the
+        store."""
+
+    @abstractmethod
     async def put(self, key: str, value: bytes, *, lease: Lease | None = None) -> Entry:
         """Write one plain key unconditionally: create it, or set its value.
 

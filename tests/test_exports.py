@@ -67,11 +67,14 @@ def test_error_tree() -> None:
         coord.NotOwnerError,
         coord.ClosedError,
         coord.ConfigurationError,
+        coord.OutcomeUnknown,
     ):
         assert issubclass(exc, coord.CoordError)
     assert issubclass(coord.NotOwnerError, RuntimeError)
     assert issubclass(coord.ConfigurationError, ValueError)
     assert issubclass(coord.BackendUnavailable, OSError)
+    # Not a BackendUnavailable: code that reads that as "not applied" must not catch it.
+    assert not issubclass(coord.OutcomeUnknown, coord.BackendError)
 
 
 def test_importing_coord_imports_no_backend() -> None:

@@ -310,6 +310,11 @@ class MemoryBackend(Backend):
         await checkpoint()
         return entry
 
+    async def find(self, prefix: str, waiter_id: str, lease: Lease | None) -> Entry | None:
+        entry = await self.get(prefix + waiter_id)
+        bound = lease.id if lease is not None else 0
+        return entry if entry is not None and entry.lease == bound else None
+
     def _lease_of(self, key: str, lease: Lease | None) -> int:
         # An existing key keeps its lease; *lease* binds only a key being created.
         old = self.store._kv.get(key)

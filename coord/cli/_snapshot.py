@@ -4,7 +4,7 @@ the store, as plain data (the ``--json`` schema, version 1).
 The kind of a name is read from its entries, since the store records no type: readers'
 keys (``@r``) make a read-write lock, a recorded ``limit`` a semaphore, a recorded
 identity a mutex, anything else an election (a candidate's value is what it campaigned
-with), and the ``_jobs``/``_claims``/``_dead``/``_turn`` names of one parent a queue.
+with), and the ``_jobs``/``_claims``/``_dead``/``_turn``/``_ids`` names of one parent a queue.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["SCHEMA_VERSION", "Snapshot", "read"]
 
 SCHEMA_VERSION = 1
-_QUEUE_PARTS = ("_jobs", "_claims", "_dead", "_turn")
+_QUEUE_PARTS = ("_jobs", "_claims", "_dead", "_turn", "_ids")
 
 
 class Snapshot:

@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 import coord
-from coord.abc import Backend, ChangeKind, Lease
+from coord.abc import Backend, ChangeKind, Create, Lease
 from coord.testing import compact, drop_key, expire_session
 
 if TYPE_CHECKING:
@@ -54,6 +54,27 @@ async def test_register_and_position(clients: list[coord.Client]) -> None:
     await drop_key(clients[0], second.entry.key)
     with pytest.raises(coord.EntryGoneError):
         await backend.position(second.entry)
+
+
+async def test_find_an_entry_by_its_waiter_id(clients: list[coord.Client]) -> None:
+    """find() names the entry registered (or created in a transaction) with a waiter id,
+    on the lease given: durable entries with None; nothing for an id never used, for
+    another lease's entry, or once the entry is deleted."""
+    backend, lease, other, other_lease = parts(clients)
+    mine, durable, made = wid("f"), wid("d"), wid("t")
+    registered = (await backend.register("c/find/", mine, lease, value=b"1")).entry
+    kept = (await backend.register("c/find/", durable, None, value=b"2")).entry
+    created = await backend.transact([Create("c/find/", made, b"3")])
+    assert created is not None
+    assert await other.find("c/find/", mine, lease) == registered
+    assert await other.find("c/find/", durable, None) == kept
+    assert await backend.find("c/find/", made, None) == created[0]
+    assert await backend.find("c/find/", mine, None) is None  # bound to a lease
+    assert await other.find("c/find/", mine, other_lease) is None  # another lease's
+    assert await backend.find("c/find/", wid("f"), lease) is None  # never registered
+    assert await backend.find("c/nothing-here/", mine, lease) is None
+    await backend.delete(kept)
+    assert await backend.find("c/find/", durable, None) is None
 
 
 async def test_wait_deleted_and_wait_changed(clients: list[coord.Client]) -> None:

@@ -37,15 +37,15 @@ async def claims_of(client: coord.Client, name: str) -> list[str]:
 async def test_a_failure_message_never_wedges_its_key(
     clients: list[coord.Client], on_exhausted: Literal["park", "dead_letter"]
 ) -> None:
-    """The largest job put takes, with the widest key, under the longest name, fails
-    twice with a message that grows sixfold in JSON: the retry, then the park or dead
-    letter, are written (the message cut to fit) and the claim goes; the key is not
-    blocked."""
+    """The largest job put takes, with the widest key and job id (so its marker too),
+    under the longest name, fails twice with a message that grows sixfold in JSON: the
+    retry, then the park or dead letter, are written (the message cut to fit) and the
+    claim goes; the key is not blocked."""
     a, b, _, _ = clients
     name = "wedge/" + "错" * 500  # about the longest name (its lock adds "/_turn")
     queue = a.queue(name, max_attempts=2, on_exhausted=on_exhausted, retry_delay=0)
     size = queue.max_payload_size
-    await queue.put(b"\xab" * size, key=WIDEST_KEY)
+    await queue.put(b"\xab" * size, key=WIDEST_KEY, job_id=WIDEST_KEY)
     await queue.put(b"next", key=WIDEST_KEY)
     worker = b.queue(name, max_attempts=2, on_exhausted=on_exhausted, retry_delay=0)
     with anyio.fail_after(20):
@@ -73,11 +73,11 @@ async def test_a_failure_message_never_wedges_its_key(
 async def test_put_takes_max_payload_size_and_not_a_byte_more(
     clients: list[coord.Client],
 ) -> None:
-    """The README's figure: 994,688 bytes on every store, with the widest key."""
+    """The README's figure: 991,648 bytes on every store, with the widest key."""
     queue = clients[0].queue("largest")
-    assert queue.max_payload_size == 994_688
+    assert queue.max_payload_size == 991_648
     await queue.put(b"\xab" * queue.max_payload_size, key=WIDEST_KEY)
-    with pytest.raises(coord.ConfigurationError, match="at most 994,688"):
+    with pytest.raises(coord.ConfigurationError, match="at most 991,648"):
         await queue.put(b"\xab" * (queue.max_payload_size + 1))
     assert (await queue.stats()).depth == 1
 

@@ -10,20 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import pytest
 
+import coord
 from coord import BackendUnavailable
 from coord.abc import Create
 from coord.testing import wait_for_no_waiters, wait_for_waiters
 
 from ._local import queue_locally
 from .conftest import ASYNCIO_STORES
-
-if TYPE_CHECKING:
-    import coord
 
 pytestmark = pytest.mark.anyio
 
@@ -162,19 +160,22 @@ async def test_a_put_whose_reply_is_lost_is_not_repeated(
     clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Repeating a put after a lost reply could queue again a job that a worker took and
-    acked meanwhile (it would run twice): the put raises instead."""
+    acked meanwhile (it would run twice): the put says the outcome is unknown instead.
+    Repeated by the producer with its job_id, it queues nothing more: the job's marker
+    says it was put (and acked) within the window."""
     a, b, _, _ = clients
-    real = a.backend.register
     gate = asyncio.Event()
 
-    async def lossy(prefix: str, waiter_id: str, lease: Any, **options: Any) -> Any:
-        position = await real(prefix, waiter_id, lease, **options)  # created on the store
-        if prefix.endswith("/_jobs/") and not gate.is_set():
-            await gate.wait()
-            raise BackendUnavailable("reply lost")
-        return position
+    def lossy(real: Any) -> Any:
+        async def call(*args: Any, **options: Any) -> Any:
+            made = await real(*args, **options)  # created on the store
+            if not gate.is_set():
+                await gate.wait()
+                raise BackendUnavailable("reply lost")
+            return made
 
-    monkeypatch.setattr(a.backend, "register", lossy)
+        return call
+
     ran: list[str] = []
 
     async def worker() -> None:
@@ -183,14 +184,20 @@ async def test_a_put_whose_reply_is_lost_is_not_repeated(
                 ran.append(job.id)
             gate.set()  # the put's reply is "lost" after this ack
 
+    queue = a.queue("lost-put")
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
             tg.start_soon(worker)
-            with pytest.raises(BackendUnavailable):
-                await a.queue("lost-put").put(b"once")
+            for method, job_id in (("register", None), ("transact", "once")):
+                gate.clear()
+                with monkeypatch.context() as patch:
+                    patch.setattr(a.backend, method, lossy(getattr(a.backend, method)))
+                    with pytest.raises(coord.OutcomeUnknown):
+                        await queue.put(b"once", job_id=job_id)
+            assert (await queue.put(b"once", job_id="once")).id == "once"
             await anyio.sleep(1)
             tg.cancel_scope.cancel()
-    assert len(ran) == 1, f"a job put once ran {len(ran)} times"
+    assert len(ran) == 2, f"two jobs, each put once (one repeated), ran {len(ran)} times"
 
 
 async def test_a_cancelled_unpark_leaves_nothing_among_the_claims(
@@ -273,3 +280,67 @@ async def test_handed_the_lock_as_it_is_cancelled(clients: list[coord.Client], o
         await wait_for_no_waiters(a, "cancel-handed")  # deleted by a session task
     async with a.mutex("cancel-handed") as again:  # and the lock is free
         assert again.fence > hold.fence
+
+
+async def test_a_repeat_takes_the_job_over_from_a_cancelled_put(
+    clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A put with a job_id is cancelled (task.cancel()) while its request is in flight,
+    and the producer puts the same id again before the first answer comes. The repeat
+    returns the job; the first put's clean-up, when its answer comes, must leave it
+    queued (withdrawing it would delete the job the repeat said was queued)."""
+    a, _, _, _ = clients
+    queue = a.queue("takeover")
+    applied, answer = anyio.Event(), anyio.Event()
+    transact = a.backend.transact
+
+    async def slow(ops: Any) -> Any:
+        made = await transact(ops)
+        applied.set()
+        await answer.wait()
+        return made
+
+    with anyio.fail_after(15):
+        monkeypatch.setattr(a.backend, "transact", slow)
+        first = asyncio.create_task(queue.put(b"x", job_id="once"))
+        await applied.wait()
+        first.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await first
+        monkeypatch.setattr(a.backend, "transact", transact)
+        repeat = await queue.put(b"x", job_id="once")
+        answer.set()
+        assert repeat.id == "once"
+        await anyio.sleep(0.5)  # the first put's clean-up has had its chance
+        assert (await queue.stats()).depth == 1
+
+
+async def test_a_cancelled_put_with_a_job_id_is_withdrawn(
+    clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no repeat, the job of a put cancelled in flight (task.cancel()) is withdrawn
+    once its answer comes: job and marker."""
+    a, _, _, _ = clients
+    queue = a.queue("withdrawn")
+    applied, answer = anyio.Event(), anyio.Event()
+    transact = a.backend.transact
+
+    async def slow(ops: Any) -> Any:
+        made = await transact(ops)
+        applied.set()
+        await answer.wait()
+        return made
+
+    with anyio.fail_after(15):
+        monkeypatch.setattr(a.backend, "transact", slow)
+        first = asyncio.create_task(queue.put(b"x", job_id="gone"))
+        await applied.wait()
+        first.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await first
+        assert (await queue.stats()).depth == 1
+        answer.set()
+        monkeypatch.setattr(a.backend, "transact", transact)
+        while (await queue.stats()).depth:  # noqa: ASYNC110  (withdrawn in the background)
+            await anyio.sleep(0.05)
+        assert (await a.backend.entries("withdrawn/_ids/")).entries == ()

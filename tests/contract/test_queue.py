@@ -330,9 +330,11 @@ async def test_loss_without_a_checkpoint_still_refuses_the_ack(clients: list[coo
     a, b, _, _ = clients
     await a.queue("zombie").put(b"job")
     with anyio.fail_after(15):
-        with pytest.raises(coord.ClaimLost):
-            async with a.queue("zombie").claim():
+        with pytest.raises(coord.ClaimLost) as lost:
+            async with a.queue("zombie").claim() as job:
                 await expire_session(a)
+        # Refused by the store, or never sent (the loss was seen first): not done.
+        assert (lost.value.outcome, lost.value.job_id) == ("not done", job.id)
         async with b.queue("zombie").claim() as again:
             assert again.payload == b"job"
     assert (await a.queue("zombie").stats()).depth == 0

@@ -132,13 +132,23 @@ def check_queue(events: Sequence[Event], remaining: set[str]) -> int:
     for ack in acks:
         assert ack.detail not in seen, f"job {ack.detail} acked twice: {seen[ack.detail]}, {ack}"
         seen[ack.detail] = ack
-    # A job whose holder left its body (the ack was sent) and was then told ClaimLost may
-    # have been acked: when the reply is lost and the session is presumed lost meanwhile,
-    # the outcome cannot be known, and ClaimLost says so. It is accounted for if it is
-    # no longer queued (only an ack deletes a job here: nothing is dead-lettered).
+    # A job whose holder left its body (the ack was sent) and was then told ClaimLost with
+    # outcome "unknown" may have been acked: when the reply is lost and the session is
+    # presumed lost meanwhile, the outcome cannot be known, and ClaimLost says so. It is
+    # accounted for if it is no longer queued (only an ack deletes a job here: nothing is
+    # dead-lettered). An ack told "not done" must not have been applied: its job is
+    # acked by someone else or still queued, like any other.
     unknown = _acks_of_unknown_outcome(events)
     lost = sorted(i for i in put if i not in seen and i not in remaining and i not in unknown)
     assert not lost, f"{len(lost)} jobs lost (put, never acked, not queued): {lost[:5]}"
+    # The producer repeats a put that did not end done with the same job id until it
+    # does (a repeat queues nothing more), so every job worked on was reported put, but
+    # for the one put in flight when the producer stopped: the id after its last.
+    worked = {e.detail for e in events if e.kind == "JOB"}
+    numbers = [int(i.rpartition("-")[2]) for i in put]
+    in_flight = {f"producer-{max(numbers, default=-1) + 1}"}
+    unreported = worked - put.keys() - in_flight
+    assert not unreported, f"jobs worked on that no put returned: {sorted(unreported)[:5]}"
     claims = sorted((e for e in events if e.kind == "JOB"), key=lambda e: e.fence)
     for before, after in itertools.pairwise(claims):
         assert before.value <= after.value, f"claimed out of put order: {before} then {after}"
@@ -146,7 +156,8 @@ def check_queue(events: Sequence[Event], remaining: set[str]) -> int:
 
 
 def _acks_of_unknown_outcome(events: Sequence[Event]) -> set[str]:
-    """The jobs whose holder reported JOB, then EXIT, then LOST for the same claim."""
+    """The jobs whose holder reported JOB, then EXIT, then LOST (outcome unknown) for
+    the same claim."""
     job_of: dict[tuple[str, str, int], str] = {}
     exited: set[tuple[str, str, int]] = set()
     unknown = set()
@@ -156,6 +167,6 @@ def _acks_of_unknown_outcome(events: Sequence[Event]) -> set[str]:
             job_of[key] = event.detail
         elif event.kind == "EXIT" and key in job_of:
             exited.add(key)
-        elif event.kind == "LOST" and key in exited:
+        elif event.kind == "LOST" and key in exited and event.detail == "unknown":
             unknown.add(job_of[key])
     return unknown

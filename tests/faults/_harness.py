@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 import coord
-from coord._jobs import id_of
+from coord._jobs import decode
 from coord.testing import wait_for_no_waiters
 
 from . import _checks
@@ -231,7 +231,7 @@ class FaultRun:
                 await wait_for_no_waiters(client, f"{NAME}/_turn")
                 await wait_for_no_waiters(client, f"{NAME}/_claims")
                 jobs = await client.backend.entries(f"{NAME}/_jobs/")
-        remaining = {id_of(e.key) for e in jobs.entries}
+        remaining = {decode(e)[0].id for e in jobs.entries}
         try:
             acks = _checks.check_queue(self.store.snapshot(), remaining)
         except AssertionError as exc:

@@ -131,5 +131,8 @@ class FencedStore:
                     self.highest_fence, self.counter = fence, value
                 self.events.append(Event(now, kind, proc, task, fence, value, accepted))
                 return "OK" if accepted else "REJECTED"
+            if kind == "LOST" and len(rest) > 3:  # a ClaimLost's outcome
+                self.events.append(Event(now, kind, proc, task, fence, detail=rest[3]))
+                return "OK"
             self.events.append(Event(now, kind, proc, task, fence))  # ENTER, EXIT, LOST
             return "OK"

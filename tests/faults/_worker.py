@@ -96,6 +96,8 @@ async def loop(client: coord.Client, store: StoreClient, proc: str, task: str, r
                 await store.ask("EXIT", proc, task, fence)
             if isinstance(hold, coord.Job):
                 await store.ask("ACKED", proc, task, fence, hold.seq, hold.id)
+        except coord.ClaimLost as exc:  # what became of its ending, as the store said
+            await store.ask("LOST", proc, task, fence, 0, exc.outcome.replace(" ", "_"))
         except coord.LockLost:
             await store.ask("LOST", proc, task, fence)
         except Exception as exc:  # a service retries
@@ -146,20 +148,23 @@ async def diagnose(client: coord.Client, proc: str) -> None:
 
 
 async def produce(client: coord.Client, store: StoreClient, proc: str) -> None:
-    """Keep a few jobs ahead of the acks (the store counts them). A put that raised
-    may still have queued its job: the next attempt queues another (another id), which
-    the checks allow; a put that returned is reported."""
+    """Keep a few jobs ahead of the acks (the store counts them). Each job has an id of
+    its own (``job_id``), and a put that did not end done is repeated with the same id
+    until it does: a repeat queues nothing more, so every job is queued once and
+    reported once (the checks hold the producer to it)."""
     queue = client.queue(NAME)
     put = 0
     while True:
         acked = int(await store.ask("ACKS", proc, "-", 0))
         while put < acked + 4:
+            job_id = f"{proc}-{put}"
             try:
-                ref = await queue.put(f"job {put}".encode(), key="k")
+                ref = await queue.put(f"job {put}".encode(), key="k", job_id=job_id)
             except coord.CoordError as exc:
                 await store.ask("ERROR", proc, "producer", type(exc).__name__, str(exc)[:100])
                 await anyio.sleep(0.2)
                 continue
+            assert ref.id == job_id, ref
             await store.ask("PUT", proc, "producer", 0, ref.seq, ref.id)
             put += 1
         await anyio.sleep(0.05)  # a test harness may poll its own store

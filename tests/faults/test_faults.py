@@ -227,3 +227,35 @@ async def test_client_cut_off_past_its_ttl(
     await _told(run, hold)
     await _finish(run, url)
     _checks.check_reported_lost(run.holds(), hold.proc, hold.fence)
+
+
+@pytest.mark.parametrize("cut", ["partition", "lost replies"])
+async def test_producer_cut_off_past_its_ttl(
+    tmp_path: Path, server: EtcdServer | ZooKeeperServer, proxy: TcpProxy, kind: str, cut: str
+) -> None:
+    """The producer of a queue is cut off from the store for 2 x TTL — a partition, or
+    only the store's replies lost (its requests are applied, their answers never come) —
+    then healed. A put in flight ends unknown (OutcomeUnknown, or a lost session) and is
+    repeated with the same job id: no job is lost, none is queued twice (none acked
+    twice, every job worked on was reported put), jobs are still worked on in put order,
+    and every worker gets a new job within TTL + 5 s of the heal."""
+    run = FaultRun(tmp_path, ttl=TTL, recipe="queue")
+    try:
+        namespace = fresh_namespace()
+        url = f"{server.url}/{namespace}"
+        scheme = "etcd" if kind == "etcd" else "zk"
+        run.spawn("producer", f"{scheme}://{proxy.endpoint}/{namespace}", role="producer")
+        for number in range(WORKERS):
+            run.spawn(f"p{number}", url)
+        await run.steady(3)
+        if cut == "partition":
+            proxy.blackhole()
+        else:
+            proxy.drop(direction="replies")
+        await anyio.sleep(2 * TTL)
+        healed_at = time.monotonic()
+        proxy.heal()
+        await run.everyone_acquires_after(healed_at, RECOVERY)
+        await _finish(run, url)
+    finally:
+        run.close()

@@ -67,32 +67,55 @@ def test_a_killed_holder_does_not_count_as_overlapping() -> None:
     _checks.check_no_overlap(_checks.holds(events, killed=["a"]))
 
 
-def _job(proc: str, fence: int, job: str, seq: int, at: float, end: str | None) -> list[Event]:
+def _job(
+    proc: str, fence: int, job: str, seq: int, at: float, end: str | None, outcome: str = ""
+) -> list[Event]:
     events = [
         Event(at, "ENTER", proc, "t0", fence),
         Event(at + 0.1, "JOB", proc, "t0", fence, seq, detail=job),
         Event(at + 0.2, "EXIT", proc, "t0", fence),
     ]
-    if end is not None:
+    if end == "LOST":  # as the store records a ClaimLost: its outcome
+        events.append(Event(at + 0.3, end, proc, "t0", fence, detail=outcome))
+    elif end is not None:
         events.append(Event(at + 0.3, end, proc, "t0", fence, seq, detail=job))
     return events
 
 
 def test_queue_checks() -> None:
-    puts = [Event(0.1 * i, "PUT", "producer", "producer", 0, i, detail=f"j{i}") for i in (1, 2, 3)]
-    acked = [*_job("a", 10, "j1", 1, 1, "ACKED"), *_job("b", 12, "j2", 2, 2, "ACKED")]
-    assert _checks.check_queue(puts + acked, {"j3"}) == 2
+    puts = [
+        Event(0.1 * i, "PUT", "producer", "producer", 0, i, detail=f"producer-{i}")
+        for i in (1, 2, 3)
+    ]
+    acked = [
+        *_job("a", 10, "producer-1", 1, 1, "ACKED"),
+        *_job("b", 12, "producer-2", 2, 2, "ACKED"),
+    ]
+    assert _checks.check_queue(puts + acked, {"producer-3"}) == 2
     with pytest.raises(AssertionError, match="1 jobs lost"):
         _checks.check_queue(puts + acked, set())  # j3 neither acked nor queued
     with pytest.raises(AssertionError, match="acked twice"):
-        _checks.check_queue(puts + acked + _job("c", 13, "j2", 2, 3, "ACKED"), {"j3"})
+        _checks.check_queue(
+            puts + acked + _job("c", 13, "producer-2", 2, 3, "ACKED"), {"producer-3"}
+        )
     with pytest.raises(AssertionError, match="out of put order"):
-        _checks.check_queue(puts + acked + _job("c", 11, "j3", 3, 3, "ACKED"), set())
+        _checks.check_queue(puts + acked + _job("c", 11, "producer-3", 3, 3, "ACKED"), set())
     # An ack whose outcome was unknown (the holder left its body, then was told
-    # ClaimLost) accounts for a job that is gone; a claim lost before its body ended
-    # does not.
-    unknown = _job("c", 13, "j3", 3, 3, "LOST")
+    # ClaimLost, outcome unknown) accounts for a job that is gone; a claim lost before
+    # its body ended does not, nor an ack the store refused ("not done").
+    unknown = _job("c", 13, "producer-3", 3, 3, "LOST", "unknown")
     assert _checks.check_queue(puts + acked + unknown, set()) == 2
     cut_off = [e for e in unknown if e.kind != "EXIT"]
     with pytest.raises(AssertionError, match="1 jobs lost"):
         _checks.check_queue(puts + acked + cut_off, set())
+    refused = _job("c", 13, "producer-3", 3, 3, "LOST", "not_done")
+    with pytest.raises(AssertionError, match="1 jobs lost"):
+        _checks.check_queue(puts + acked + refused, set())
+
+    # The producer repeats a put by job id until it returns: a job worked on that no
+    # put returned is a duplicate, but for the one in flight at the stop (the next id).
+    in_flight = _job("c", 13, "producer-4", 4, 3, "ACKED")
+    assert _checks.check_queue(puts + acked + in_flight, {"producer-3"}) == 3
+    stray = _job("c", 13, "producer-9", 4, 3, "ACKED")
+    with pytest.raises(AssertionError, match="no put returned"):
+        _checks.check_queue(puts + acked + stray, {"producer-3"})

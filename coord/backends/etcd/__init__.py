@@ -336,6 +336,11 @@ class EtcdBackend(Backend):
         reply = await self._conn.call("get", lambda c: c.kv.Range, request)
         return self._entry(reply.kvs[0]) if reply.kvs else None
 
+    async def find(self, prefix: str, waiter_id: str, lease: Lease | None) -> Entry | None:
+        entry = await self.get(prefix + waiter_id)
+        bound = lease.id if lease is not None else 0
+        return entry if entry is not None and entry.lease == bound else None
+
     async def put(self, key: str, value: bytes, *, lease: Lease | None = None) -> Entry:
         _keys.check_plain_key(key, "put")
         check_value(value, self.max_value_size, f"put {key!r}")

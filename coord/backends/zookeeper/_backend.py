@@ -356,6 +356,16 @@ class ZooKeeperBackend(FaultHooks, Backend):
         self._check_open()
         return (await self._queues.read("", [key]))[0]
 
+    async def find(self, prefix: str, waiter_id: str, lease: Lease | None) -> Entry | None:
+        """Find the node of *waiter_id* (its name ends with a sequence number) among the
+        children of *prefix*, owned by *lease*'s session (None: a durable node). A
+        checkpoint: one listing, one read per candidate, one read of the node found."""
+        self._check_open()
+        _, node, _ = self._paths.split(prefix + waiter_id)
+        owner = lease.id if lease is not None else 0  # (any session's: this only reads)
+        found = await self._queues.find(node, waiter_id, owner)
+        return None if found is None else await self.get(prefix + found[0])
+
     async def put(self, key: str, value: bytes, *, lease: Lease | None = None) -> Entry:
         """Write *key*: create it (ephemeral if *lease* is given), or set its data.
 

@@ -261,3 +261,28 @@ async def test_server_restart_voids_holds_but_no_session_is_lost(
         assert (a.session, b.session) == sessions
         assert not any(s.lost for s in sessions)
         assert a.statistics().sessions_lost == b.statistics().sessions_lost == 0
+
+
+async def test_a_restart_the_session_survives_costs_a_claimed_job_no_attempt(
+    zookeeper_server: ZooKeeperServer, zookeeper_url: str
+) -> None:
+    """A short server restart during a job (SUSPENDED: the claim is voided, the body
+    cancelled, the session lives on) gives the job back as it was: no attempt counted.
+    With max_attempts=1 a counted attempt would park it (issue 17: two short restarts
+    sent a job that never failed to the dead letters)."""
+    async with coord.connect(zookeeper_url, ttl=10) as client:
+        queue = client.queue("restarts", max_attempts=1)
+        await queue.put(b"job", key="k")
+        with anyio.fail_after(15):
+            for _ in range(2):
+                with pytest.raises(coord.ClaimLost) as lost:
+                    async with queue.claim() as job:
+                        assert job.attempt == 0
+                        await anyio.to_thread.run_sync(zookeeper_server.restart)
+                        await anyio.sleep_forever()
+                assert lost.value.outcome == "not done"
+                assert lost.value.job_id == job.id
+            async with queue.claim() as job:
+                assert (job.payload, job.attempt) == (b"job", 0)
+        assert client.statistics().sessions_lost == 0
+        assert (await queue.stats()).depth == 0

@@ -1,0 +1,162 @@
+"""What a put tells its producer (issue 17, item 1): done, not done, or unknown, and
+puts that can be repeated safely (``job_id``), on every store."""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import pytest
+
+import coord
+from coord.abc import Create
+from coord.testing import expire_session
+
+from .test_queue import take
+
+if TYPE_CHECKING:
+    from coord.abc import Position
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_put_repeating_a_job_id_queues_nothing_more(clients: list[coord.Client]) -> None:
+    """Queued, in flight, or acked within the window: the repeated put returns the job
+    (from any client) and queues nothing."""
+    a, b, _, _ = clients
+    queue = a.queue("idem")
+    first = await queue.put(b"one", key="k", job_id="order 42 / email")
+    assert (first.id, first.key) == ("order 42 / email", "k")
+    again = await b.queue("idem").put(b"one", key="k", job_id="order 42 / email")
+    assert (again.id, again.key, again.seq) == (first.id, first.key, first.seq)
+    assert (await queue.stats()).depth == 1
+    with anyio.fail_after(10):
+        async with b.queue("idem").claim() as job:  # in flight
+            assert job.id == first.id
+            assert (await queue.put(b"one", job_id=first.id)).id == first.id
+    assert (await queue.put(b"one", key="k", job_id=first.id)).id == first.id  # acked
+    assert (await queue.stats()).depth == 0
+    await queue.put(b"two", job_id="order 43")
+    assert (await queue.stats()).depth == 1
+
+
+@pytest.mark.real_clock
+async def test_after_the_dedupe_window_a_job_id_queues_again(clients: list[coord.Client]) -> None:
+    a, _, _, _ = clients
+    queue = a.queue("window", dedupe_window=0.3)
+    await queue.put(b"x", job_id="j")
+    await take(queue)
+    await anyio.sleep(0.4)
+    await queue.put(b"x", job_id="j")
+    assert (await queue.stats()).depth == 1
+    await take(queue)
+    await anyio.sleep(0.4)
+    await queue.put(b"y", job_id="other")  # collects the expired marker of "j"
+    ids = await a.backend.entries("window/_ids/")
+    assert len(ids.entries) == 1
+
+
+async def test_a_put_whose_answer_is_lost_is_unknown_and_stays_queued(
+    clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The request is applied and its answer lost: the put says the outcome is unknown,
+    with the job's id, and deletes nothing behind the caller's back (it used to delete
+    the job and say "not queued", while a worker might have run it). Repeated with its
+    job_id, it queues nothing more."""
+    a, _, _, _ = clients
+    backend = a.backend
+    queue = a.queue("unknown")
+
+    def answer_lost(call: Any) -> Any:
+        async def lost(*args: Any, **kwargs: Any) -> Any:
+            await call(*args, **kwargs)
+            raise coord.BackendUnavailable("the reply was lost (test)")
+
+        return lost
+
+    for method, job_id in (("register", None), ("transact", "idem-1")):
+        with monkeypatch.context() as patch:
+            patch.setattr(backend, method, answer_lost(getattr(backend, method)))
+            with pytest.raises(coord.OutcomeUnknown) as unknown:
+                await queue.put(b"x", job_id=job_id)
+        assert unknown.value.operation == "put"
+        assert unknown.value.outcome == "unknown"
+        assert job_id is None or unknown.value.job_id == job_id
+    assert (await queue.stats()).depth == 2
+    assert (await queue.put(b"x", job_id="idem-1")).id == "idem-1"
+    assert (await queue.stats()).depth == 2
+
+
+@pytest.mark.parametrize("job_id", [None, "order-7"])
+async def test_a_cancelled_put_is_withdrawn_across_a_session_loss(
+    clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch, job_id: str | None
+) -> None:
+    """The put's request reaches the store, the caller is cancelled before the answer,
+    and the session is lost before the answer: the job is withdrawn all the same, by a
+    task of the client (it used to stay queued: its clean-up needed the session; a
+    repeatable put's was never undone when the session went with its request)."""
+    a, _, _, _ = clients
+    queue = a.queue("cancelled")
+    applied, answer = anyio.Event(), anyio.Event()
+    method = "register" if job_id is None else "transact"
+    call = getattr(a.backend, method)
+
+    async def slow(*args: Any, **kwargs: Any) -> Any:
+        result = await call(*args, **kwargs)
+        ops = args[0] if method == "transact" else [Create("cancelled/_jobs/", "", b"")]
+        if any(isinstance(op, Create) and op.prefix.endswith("/_jobs/") for op in ops):
+            applied.set()
+            await answer.wait()  # the answer never comes
+        return result
+
+    monkeypatch.setattr(a.backend, method, slow)
+    with anyio.fail_after(15):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(partial(queue.put, b"x", job_id=job_id))
+            await applied.wait()
+            assert (await queue.stats()).depth == 1
+            tg.cancel_scope.cancel()
+        await expire_session(a)
+        monkeypatch.setattr(a.backend, method, call)
+        while (await queue.stats()).depth:  # noqa: ASYNC110  (the withdrawal is in the background)
+            await anyio.sleep(0.05)
+
+
+async def test_a_cancelled_put_whose_job_a_worker_took_runs(
+    clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker claimed the job before the cancelled put's answer came: it is not
+    withdrawn under the worker (whose ack would be refused), it runs, and a WARNING says
+    so with its id."""
+    a, b, _, _ = clients
+    queue = a.queue("taken")
+    applied, answer = anyio.Event(), anyio.Event()
+    register = a.backend.register
+
+    async def slow(*args: Any, **kwargs: Any) -> Position:
+        position = await register(*args, **kwargs)
+        applied.set()
+        await answer.wait()
+        return position
+
+    monkeypatch.setattr(a.backend, "register", slow)
+    with anyio.fail_after(15):
+        async with anyio.create_task_group() as tg:
+            producer = anyio.CancelScope()
+
+            async def put() -> None:
+                with producer:
+                    await queue.put(b"x")
+
+            tg.start_soon(put)
+            await applied.wait()
+            async with b.queue("taken").claim() as job:
+                producer.cancel()
+                answer.set()
+                while "before it could be withdrawn" not in caplog.text:  # noqa: ASYNC110
+                    await anyio.sleep(0.05)
+        assert job.payload == b"x"
+    assert (await queue.stats()).depth == 0
+    assert any(r.levelno == logging.WARNING and job.id in r.getMessage() for r in caplog.records)
