@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import random
 import signal
@@ -147,21 +148,30 @@ async def diagnose(client: coord.Client, proc: str) -> None:
     out.flush()
 
 
-async def produce(client: coord.Client, store: StoreClient, proc: str) -> None:
+async def produce(client: coord.Client, store: StoreClient, proc: str, ttl: float) -> None:
     """Keep a few jobs ahead of the acks (the store counts them). Each job has an id of
     its own (``job_id``), and a put that did not end done is repeated with the same id
     until it does: a repeat queues nothing more, so every job is queued once and
-    reported once (the checks hold the producer to it)."""
+    reported once (the checks hold the producer to it). Every other put that takes
+    longer than the TTL (the producer cut off) is cancelled, and repeated too: a
+    cancelled put's job is withdrawn, or found by the repeat."""
     queue = client.queue(NAME)
     put = 0
     while True:
         acked = int(await store.ask("ACKS", proc, "-", 0))
         while put < acked + 4:
             job_id = f"{proc}-{put}"
+            ref = None
             try:
-                ref = await queue.put(f"job {put}".encode(), key="k", job_id=job_id)
+                # Every other put waits for its outcome (OutcomeUnknown, if cut off).
+                with anyio.move_on_after(ttl if put % 2 else math.inf):
+                    ref = await queue.put(f"job {put}".encode(), key="k", job_id=job_id)
             except coord.CoordError as exc:
                 await store.ask("ERROR", proc, "producer", type(exc).__name__, str(exc)[:100])
+                await anyio.sleep(0.2)
+                continue
+            if ref is None:
+                await store.ask("ERROR", proc, "producer", "Cancelled", f"put {job_id}")
                 await anyio.sleep(0.2)
                 continue
             assert ref.id == job_id, ref
@@ -177,7 +187,8 @@ async def main(args: argparse.Namespace) -> None:
     async with coord.connect(args.url, ttl=args.ttl, **options) as client:
         async with anyio.create_task_group() as tg:
             if args.role == "producer":
-                tg.start_soon(produce, client, await connect_store(args.store), args.proc)
+                store = await connect_store(args.store)
+                tg.start_soon(produce, client, store, args.proc, args.ttl)
             for number in range(args.tasks if args.role == "worker" else 0):
                 store = await connect_store(args.store)
                 tg.start_soon(loop, client, store, args.proc, f"t{number}", args.recipe)
