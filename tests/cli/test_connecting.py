@@ -73,20 +73,21 @@ def test_a_store_that_never_answers_fails_in_one_line_about_connecting(
 
 @pytest.mark.etcd
 @pytest.mark.zookeeper
-def test_a_server_of_the_other_kind_is_named_in_one_line_within_2s(
+def test_a_server_of_the_other_kind_is_named_in_one_line_at_first_contact(
     cli: Coord, etcd_server: EtcdServer, zookeeper_server: ZooKeeperServer
 ) -> None:
-    started = time.monotonic()
-    cli.run("--version")
-    startup = time.monotonic() - started  # the interpreter's, on this machine now
+    """Named at first contact (about 0.5 s here), not after the connect wait: given 30 s,
+    the command still ends in a few seconds. (It used to wait out the whole connect
+    timeout, then print the client library's own words. No tighter bound: a loaded CI
+    machine takes seconds to start an interpreter.)"""
     cases = [
         (f"zk://{etcd_server.endpoint}", "the ZooKeeper protocol (it answers as an HTTP/2"),
         (f"etcd://{zookeeper_server.endpoint}", "(gRPC over HTTP/2) (it answers as a ZooKeeper"),
     ]
     for url, said in cases:
         started = time.monotonic()
-        done = cli.run("lock", "--url", url, "demo", "--", "true")
-        assert time.monotonic() - started - startup < 2, url
+        done = cli.run("lock", "--url", url, "--connect-timeout", "30", "demo", "--", "true")
+        assert time.monotonic() - started < 15, url
         assert done.returncode == 1
         line = _one_line(done.stderr)
         assert f"{url.partition('://')[2]} does not speak " in line

@@ -89,6 +89,26 @@ async def test_a_put_whose_answer_is_lost_is_unknown_and_stays_queued(
     assert (await queue.stats()).depth == 2
 
 
+async def test_a_repeatable_put_that_could_not_read_says_not_done(
+    clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A put with a job_id first reads whether its id is known: when that read fails,
+    nothing was sent, and the put says so with BackendUnavailable (not OutcomeUnknown),
+    as the README promises; nothing is queued."""
+    a, _, _, _ = clients
+    queue = a.queue("unread")
+
+    async def unavailable(*args: Any, **kwargs: Any) -> Any:
+        raise coord.BackendUnavailable("no answer (test)")
+
+    monkeypatch.setattr(a.backend, "find", unavailable)
+    with pytest.raises(coord.BackendUnavailable) as raised:
+        await queue.put(b"x", job_id="order-1")
+    assert not isinstance(raised.value, coord.OutcomeUnknown)
+    monkeypatch.undo()
+    assert (await queue.stats()).depth == 0
+
+
 @pytest.mark.parametrize("job_id", [None, "order-7"])
 async def test_a_cancelled_put_is_withdrawn_across_a_session_loss(
     clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch, job_id: str | None
