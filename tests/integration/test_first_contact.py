@@ -39,12 +39,11 @@ def proxy(request: pytest.FixtureRequest, scheme: str) -> Iterator[TcpProxy]:
 
 @pytest.mark.etcd
 @pytest.mark.zookeeper
-async def test_a_server_of_the_other_kind_is_named_at_first_contact(
+async def test_a_server_of_the_other_kind_is_named_within_2s(
     etcd_server: EtcdServer, zookeeper_server: ZooKeeperServer
 ) -> None:
-    """Named at first contact (well under a second here), not after the connect wait:
-    given 30 s, the connect fails within a few. (No tighter bound: CI machines are
-    loaded.)"""
+    """Named at first contact (about 0.5 s here), not after the connect wait of 30 s.
+    (The CLI's test allows more: it starts an interpreter.)"""
     cases = [
         (
             f"zk://{etcd_server.endpoint}",
@@ -62,7 +61,7 @@ async def test_a_server_of_the_other_kind_is_named_at_first_contact(
         with pytest.raises(coord.BackendUnavailable) as info:
             async with coord.connect(f"{url}/x", ttl=5, connect_timeout=30):
                 pass
-        assert anyio.current_time() - started < 10, url
+        assert anyio.current_time() - started < 2, url
         endpoint = url.partition("://")[2]
         assert str(info.value) == (
             f"cannot connect to {'ZooKeeper' if url.startswith('zk') else 'etcd'}: "
