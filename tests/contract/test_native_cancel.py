@@ -282,6 +282,31 @@ async def test_handed_the_lock_as_it_is_cancelled(clients: list[coord.Client], o
         assert again.fence > hold.fence
 
 
+async def cancel_in_flight(
+    client: coord.Client, queue: coord.Queue, job_id: str, monkeypatch: pytest.MonkeyPatch
+) -> anyio.Event:
+    """Put *job_id* in a task, hold back the answer of its transaction once the store
+    applied it, and cancel the task (``task.cancel()``): returns the event that lets the
+    held answer go."""
+    applied, answer = anyio.Event(), anyio.Event()
+    transact = client.backend.transact
+
+    async def slow(ops: Any) -> Any:
+        made = await transact(ops)
+        applied.set()
+        await answer.wait()
+        return made
+
+    monkeypatch.setattr(client.backend, "transact", slow)
+    first = asyncio.create_task(queue.put(b"x", job_id=job_id))
+    await applied.wait()
+    first.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await first
+    monkeypatch.setattr(client.backend, "transact", transact)
+    return answer
+
+
 async def test_a_repeat_takes_the_job_over_from_a_cancelled_put(
     clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -291,23 +316,8 @@ async def test_a_repeat_takes_the_job_over_from_a_cancelled_put(
     queued (withdrawing it would delete the job the repeat said was queued)."""
     a, _, _, _ = clients
     queue = a.queue("takeover")
-    applied, answer = anyio.Event(), anyio.Event()
-    transact = a.backend.transact
-
-    async def slow(ops: Any) -> Any:
-        made = await transact(ops)
-        applied.set()
-        await answer.wait()
-        return made
-
     with anyio.fail_after(15):
-        monkeypatch.setattr(a.backend, "transact", slow)
-        first = asyncio.create_task(queue.put(b"x", job_id="once"))
-        await applied.wait()
-        first.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await first
-        monkeypatch.setattr(a.backend, "transact", transact)
+        answer = await cancel_in_flight(a, queue, "once", monkeypatch)
         repeat = await queue.put(b"x", job_id="once")
         answer.set()
         assert repeat.id == "once"
@@ -322,25 +332,10 @@ async def test_a_cancelled_put_with_a_job_id_is_withdrawn(
     once its answer comes: job and marker."""
     a, _, _, _ = clients
     queue = a.queue("withdrawn")
-    applied, answer = anyio.Event(), anyio.Event()
-    transact = a.backend.transact
-
-    async def slow(ops: Any) -> Any:
-        made = await transact(ops)
-        applied.set()
-        await answer.wait()
-        return made
-
     with anyio.fail_after(15):
-        monkeypatch.setattr(a.backend, "transact", slow)
-        first = asyncio.create_task(queue.put(b"x", job_id="gone"))
-        await applied.wait()
-        first.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await first
+        answer = await cancel_in_flight(a, queue, "gone", monkeypatch)
         assert (await queue.stats()).depth == 1
         answer.set()
-        monkeypatch.setattr(a.backend, "transact", transact)
         while (await queue.stats()).depth:  # noqa: ASYNC110  (withdrawn in the background)
             await anyio.sleep(0.05)
         assert (await a.backend.entries("withdrawn/_ids/")).entries == ()
