@@ -36,12 +36,12 @@ from ._fencing import fenced_update as fenced_update
 from ._fencing import fenced_update_sql as fenced_update_sql
 from ._hold import Hold as Hold
 from ._jobs import DeadLetter as DeadLetter
+from ._jobs import Job as Job
 from ._jobs import JobRef as JobRef
 from ._leader import Leader as Leader
 from ._mutex import Mutex as Mutex
 from ._mutex import MutexStatistics as MutexStatistics
 from ._queue import Claiming as Claiming
-from ._queue import Job as Job
 from ._queue import KeyStats as KeyStats
 from ._queue import Queue as Queue
 from ._queue import QueueStats as QueueStats

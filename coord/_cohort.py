@@ -14,7 +14,7 @@ Marathe, Shavit, 2012). The tasks of one client that want one mutex form a *coho
   of it plus, per key of its cohort, the keys of the other clients.
 
 Each holder gets its own :class:`CohortHold` with the fence ``revision << 16 | seq``
-(:func:`coord._hold.fence_of`), *seq* counting the handoffs of the key: fences strictly
+(:func:`coord._keys.fence_of`), *seq* counting the handoffs of the key: fences strictly
 increase from holder to holder, and compare with strict-mode fences of the same lock.
 A CohortHold follows the key's :class:`~coord.Hold`: if the key or its session is lost,
 the holder's body is cancelled and it gets :exc:`coord.LockLost`, exactly as in strict
@@ -42,7 +42,8 @@ import anyio
 import anyio.lowlevel
 
 from ._exceptions import LockedError, LockLost
-from ._hold import FENCE_SHIFT, Hold
+from ._hold import Hold
+from ._keys import FENCE_SHIFT
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

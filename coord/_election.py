@@ -30,7 +30,8 @@ from ._exceptions import (
     LeadershipLost,
     SessionExpiredError,
 )
-from ._hold import Hold, fence_of
+from ._hold import Hold
+from ._keys import fence_of
 from ._leader import Leader, Observer
 from ._locking import TaskLock
 

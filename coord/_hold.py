@@ -31,6 +31,7 @@ from ._exceptions import (
     LockLost,
     SessionExpiredError,
 )
+from ._keys import fence_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -40,23 +41,11 @@ if TYPE_CHECKING:
     from ._session import Session
     from .abc import Entry, Position
 
-__all__ = ["FENCE_SHIFT", "GUARD_DELAY", "Hold", "fence_of"]
-
-#: A fence is ``revision << FENCE_SHIFT | seq``: the store revision that created the
-#: waiter key, then the holder's place among the tasks one client hands the lock to in a
-#: row without a round trip (cohort mode; 0 for the key's first holder). Strict and
-#: cohort holds of one lock thus compare: a later key always wins over every local
-#: handoff of an earlier one.
-FENCE_SHIFT = 16
+__all__ = ["GUARD_DELAY", "Hold"]
 
 #: Seconds a hold (waiting or granted) exists before its guard watch on its own key
 #: starts: a key deleted by another client is noticed within this plus a round trip.
 GUARD_DELAY = 1.0
-
-
-def fence_of(revision: int, seq: int = 0) -> int:
-    """The fencing token of the *seq*-th holder of the key created at *revision*."""
-    return revision << FENCE_SHIFT | seq
 
 
 class Hold:
@@ -65,8 +54,8 @@ class Hold:
     :ivar name: the lock's name
     :ivar fence: the fencing token: strictly increasing across successive holders of the
         same lock (from the etcd create revision, the ZooKeeper czxid of the waiter key;
-        see :func:`fence_of`). Send it with every write to the protected resource so that
-        it can reject a stale holder.
+        see :func:`coord._keys.fence_of`). Send it with every write to the protected
+        resource so that it can reject a stale holder.
     """
 
     #: What a loss raises (elections raise LeadershipLost, a LockLost).

@@ -24,6 +24,7 @@ from ._checks import check_bytes
 from ._exceptions import ConfigurationError
 
 if TYPE_CHECKING:
+    from ._hold import Hold
     from .abc import Entry
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "MAX_JOB_ID_LENGTH",
     "MAX_KEY_LENGTH",
     "DeadLetter",
+    "Job",
     "JobRef",
     "State",
     "check_key",
@@ -226,3 +228,51 @@ def check_payload(payload: object, limit: int) -> bytes:
             "elsewhere and queue a reference)"
         )
     return data
+
+
+class Job:
+    """A claimed job, as given by ``async with queue.claim() as job``.
+
+    :ivar id: the job's id
+    :ivar key: its ordering key, or None
+    :ivar seq: its place in put order
+    :ivar attempt: how many earlier attempts failed (0 on the first)
+    :ivar payload: its bytes
+    :ivar fence: strictly increasing over every claim of every job of the store: pass it
+        with side effects (an idempotency token) so that a worker whose claim was lost
+        cannot overwrite the work of the next one
+    """
+
+    def __init__(self, hold: Hold, entry: Entry, state: State, payload: bytes) -> None:
+        self.id: str = state.id
+        self.key: str | None = state.key
+        self.seq: int = entry.revision
+        self.attempt: int = state.attempt
+        self.payload: bytes = payload
+        self.fence: int = hold.fence
+        self._hold = hold
+        self._entry = entry
+        self._state = state
+        self._deferred = False
+
+    def defer(self) -> None:
+        """Give the job back when the block exits, as it was: not acked, no attempt
+        counted, still at the head of its key, claimable again at once. For a failure
+        that is not the job's (a dependency that is down, a worker shutting down); the
+        block's own exception, if any, still propagates. Not a checkpoint."""
+        self._deferred = True
+
+    def __repr__(self) -> str:
+        return (
+            f"<coord.Job {self.id} key={self.key!r} seq={self.seq} attempt={self.attempt} "
+            f"fence={self.fence}{' lost' if self.lost else ''}>"
+        )
+
+    @property
+    def lost(self) -> bool:
+        """True once the claim is lost or must be presumed lost (no checkpoint needed)."""
+        return self._hold.lost
+
+    async def wait_lost(self) -> None:
+        """Return when the claim is lost. A checkpoint."""
+        await self._hold.wait_lost()

@@ -24,9 +24,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXCLUSIVE_MARK",
+    "FENCE_SHIFT",
     "WAITER_MARK",
     "check_name",
     "check_plain_key",
+    "fence_of",
     "is_waiter",
     "names_of",
     "new_waiter_id",
@@ -123,3 +125,16 @@ def names_of(keys: Iterable[str], prefix: str) -> list[str]:
         ):
             names.add(name)
     return sorted(names)
+
+
+#: A fence is ``revision << FENCE_SHIFT | seq``: the store revision that created the
+#: waiter key, then the holder's place among the tasks one client hands the lock to in a
+#: row without a round trip (cohort mode; 0 for the key's first holder). Strict and
+#: cohort holds of one lock thus compare: a later key always wins over every local
+#: handoff of an earlier one.
+FENCE_SHIFT = 16
+
+
+def fence_of(revision: int, seq: int = 0) -> int:
+    """The fencing token of the *seq*-th holder of the key created at *revision*."""
+    return revision << FENCE_SHIFT | seq

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from . import _retry
 from ._exceptions import BackendError, ClosedError, SessionExpiredError
-from ._hold import fence_of
+from ._keys import fence_of
 
 if TYPE_CHECKING:
     from ._session import SessionSource

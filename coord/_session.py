@@ -4,11 +4,9 @@ Like etcd's ``concurrency.Session``: many tasks and many mutexes share one sessi
 acquire registering its own key. The session knows when its lease is lost and tells every
 waiter and holder at once, so that nobody carries on unaware.
 
-Work that must happen even if its caller goes away (registering a key, deleting one) runs
-in a task of the session, which owns its outcome; the caller only waits for it. An anyio
-shield does not stop a native asyncio cancellation (``task.cancel()``,
-``asyncio.timeout``), so a cleanup awaited by the caller itself could be cut short and
-leave a key behind; a cleanup owned by the session cannot.
+This module holds the lease's life (open, follow, lose, close) and the tasks the session
+owns; the work that runs in those tasks for a caller that may go away (registering a key,
+deleting one, settling a write) is :mod:`coord._owned`.
 """
 
 from __future__ import annotations
@@ -21,9 +19,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 from anyio.abc import AsyncResource, TaskGroup
-from anyio.lowlevel import checkpoint_if_cancelled
 
-from . import _keys, _retry
+from . import _retry
 from ._checks import check_seconds
 from ._deferred import Deferred, Start
 from ._exceptions import (
@@ -31,19 +28,18 @@ from ._exceptions import (
     BackendUnavailable,
     ClosedError,
     ConfigurationError,
-    EntryGoneError,
     SessionExpiredError,
 )
+from ._owned import IN_FLIGHT, OwnedWork
 from ._stats import Counters
 from ._waiters import identity
-from .abc import Entry
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine, Iterator
     from contextlib import AbstractContextManager
     from types import TracebackType
 
-    from .abc import Backend, Lease, Position
+    from .abc import Backend, Lease
 
 #: What using a client before ``async with`` says.
 NOT_OPEN = (
@@ -59,14 +55,6 @@ _T = TypeVar("_T")
 _READ_SESSIONS = 3
 
 _log = logging.getLogger("coord")
-
-# Registrations and deletes one session has in flight at a time. A burst of thousands
-# of acquires (or of cancellations) would otherwise send thousands of requests at once:
-# on ZooKeeper each registration reads the whole queue on the session's single
-# connection, on etcd each is a gRPC call on the event loop; either way the lease's own
-# keepalive then waits behind them long enough to lose the session. A few dozen at a time
-# keep the line short and the store just as busy.
-_IN_FLIGHT = 32
 
 
 def check_ttl(ttl: object, backend: Backend | None = None) -> float:
@@ -153,7 +141,7 @@ class SessionSource(ABC):
         raise AssertionError("unreachable")  # pragma: no cover
 
 
-class Session(SessionSource, AsyncResource):
+class Session(SessionSource, OwnedWork, AsyncResource):
     """A lease with the store, kept alive while the session is open.
 
     Example::
@@ -198,6 +186,16 @@ class Session(SessionSource, AsyncResource):
     @property
     def ttl(self) -> float:
         return self._ttl
+
+    @property
+    def running(self) -> bool:
+        return self._tg is not None and not self._closed
+
+    @property
+    def in_flight(self) -> anyio.Semaphore:
+        if self._in_flight is None:
+            raise ClosedError("the session is not open")
+        return self._in_flight
 
     @property
     def id(self) -> int:
@@ -262,7 +260,7 @@ class Session(SessionSource, AsyncResource):
         # Granted before the task group exists, so that a failure (store unreachable)
         # is raised as itself, not wrapped in an ExceptionGroup.
         self._lost = anyio.Event()
-        self._in_flight = anyio.Semaphore(_IN_FLIGHT)
+        self._in_flight = anyio.Semaphore(IN_FLIGHT)
         lease = self._lease = await self._backend.grant(self._ttl)
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
@@ -386,251 +384,5 @@ class Session(SessionSource, AsyncResource):
             except BackendUnavailable as exc:
                 if self.lost:
                     raise SessionExpiredError(f"the session was lost ({self.reason})") from exc
-                await _retry.backoff(attempt)
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    async def register(
-        self,
-        prefix: str,
-        *,
-        value: bytes = b"",
-        ahead: int | None = 1,
-        kind: str | None = None,
-        waiter_id: Callable[[], str] | None = None,
-        retry: bool = True,
-        durable: bool = False,
-        on_abandon: Callable[[Entry | None], None] | None = None,
-    ) -> Position:
-        """Register a new waiter entry under *prefix* on this session's lease (or a
-        durable entry, bound to no lease, with *durable*: a queued job).
-
-        A checkpoint. The request runs in a task of the session, which owns its outcome:
-        it is repeated after BackendUnavailable while the session lives (with *retry*),
-        and whenever it ends without a result for its caller (an error, or the caller
-        went away while it was in flight) that task deletes the entry it may have
-        created. So a cancelled or failed call leaves nothing behind.
-
-        With *on_abandon* (a queued job, whose clean-up must not depend on the session),
-        a failed call deletes nothing (its caller says the outcome is unknown), and when
-        the caller goes away *on_abandon* is called instead, with the entry created (None
-        if that is not known) once the request has ended.
-
-        :raises SessionExpiredError: if the session is or becomes lost
-        :raises EntryGoneError: if the entry vanished before the answer (deleted by
-            someone else): nothing is left; register again
-        """
-        await checkpoint_if_cancelled()  # already cancelled: register nothing at all
-        lease = self.check()
-        new_id = waiter_id() if waiter_id is not None else _keys.new_waiter_id()
-        request = _Registration(prefix, new_id, lease, value, ahead, kind, retry, durable)
-        request.on_abandon = on_abandon
-        self.start_soon(lambda: request.run(self))
-        try:
-            await request.done.wait()
-        except BaseException:
-            if request.done.is_set() and request.position is not None:
-                (on_abandon or self.discard)(request.position.entry)  # ours to delete
-            else:
-                request.abandoned = True  # the task deletes it when the reply comes
-            raise
-        if request.error is not None:
-            raise request.error
-        if request.position is None:  # the session's tasks were cancelled under it
-            if self._closed and not self.lost:
-                raise ClosedError("the session was closed during a registration")
-            raise SessionExpiredError(f"the session ended during a registration ({self.reason})")
-        return request.position
-
-    async def delete(self, entry: Entry) -> bool | None:
-        """Delete *entry* in a task of the session, guarded by its creation revision.
-
-        Waits for the outcome, shielded from anyio cancellation and bounded by the TTL:
-        True if deleted, False if it was not there, None if not known (the store did not
-        answer in time: the task keeps trying in the background while the session lives,
-        CURATOR-678; or the session is lost, and the entry with it). A native asyncio
-        cancellation stops the wait, not the delete.
-        """
-        if self._tg is None or self._closed or self.lost:
-            return None
-        outcome: list[bool] = []
-        done = anyio.Event()
-        self._tg.start_soon(self._delete_until_done, entry, outcome, done)
-        with anyio.move_on_after(self._ttl, shield=True):
-            await done.wait()
-        return outcome[0] if outcome else None
-
-    async def settle(
-        self,
-        func: Callable[[], Awaitable[_T]],
-        *,
-        undo: Callable[[_T | None], None] | None = None,
-        shield: bool = True,
-    ) -> _T | None:
-        """Await ``func()`` in a task of the session, which owns its outcome: a native
-        asyncio cancellation of the caller stops the wait, not the work. Waits bounded by
-        the TTL, and shielded from anyio cancellation unless *shield* is False (then an
-        anyio cancellation, too, stops the wait and not the work).
-
-        If the caller goes away (cancelled, or the TTL passed) *undo* is called when the
-        work ends: with its result, or with None if it raised or was cancelled with the
-        session (its outcome is unknown, as after a lost reply). So whatever it did for a
-        caller that is gone can be undone.
-
-        Returns the result, or None if it did not finish in time; raises what it raised.
-        """
-        if self._tg is None or self._closed:
-            raise ClosedError("the session is not open")
-        box: list[Any] = []
-        done = anyio.Event()
-        abandoned = False
-
-        def undo_now() -> None:
-            if undo is not None:
-                undo(None if not box or isinstance(box[0], _Failed) else box[0])
-
-        async def run() -> None:
-            try:
-                box.append(await func())
-            except Exception as exc:
-                box.append(_Failed(exc))
-            finally:
-                done.set()
-                # Checked with no checkpoint since the outcome arrived: either the caller
-                # takes it, or it has gone and the outcome is undone here (also when
-                # this task is cancelled with the session: no outcome, unknown).
-                if abandoned:
-                    undo_now()
-
-        self._tg.start_soon(run)
-        try:
-            with anyio.move_on_after(self._ttl, shield=shield):
-                await done.wait()
-        except BaseException:
-            if done.is_set() and box:
-                undo_now()
-            else:
-                abandoned = True
-            raise
-        if not box:
-            abandoned = True
-            return None
-        if isinstance(box[0], _Failed):
-            raise box[0].error
-        return box[0]  # type: ignore[no-any-return]
-
-    def discard(self, entry: Entry) -> None:
-        """Delete a waiter entry that nobody holds, in a task of the session, at once and
-        guaranteed (retried while the session lives). Not a checkpoint: a cancelled
-        acquire returns without waiting for the store (a timeout stays a timeout even
-        when the store is unreachable), and a thousand of them do not wait in shielded
-        scopes (which anyio would keep re-cancelling, starving the event loop)."""
-        if self._tg is not None and not self._closed and not self.lost:
-            self._tg.start_soon(self._delete_until_done, entry, [], anyio.Event())
-
-    async def _delete_until_done(
-        self, entry: Entry, outcome: list[bool], done: anyio.Event
-    ) -> None:
-        assert self._in_flight is not None
-        try:
-            for attempt in _retry.attempts():
-                try:
-                    async with self._in_flight:
-                        outcome.append(await self._backend.delete(entry))
-                    return
-                except SessionExpiredError:
-                    self.declare_lost("the store no longer knows the session's lease")
-                    return
-                except BackendError as exc:
-                    if self.lost:
-                        return
-                    if attempt == 3:
-                        _log.warning("coord: deleting %s keeps failing: %s", entry.key, exc)
-                    await _retry.backoff(attempt)
-        finally:
-            done.set()
-
-
-class _Failed:
-    def __init__(self, error: Exception) -> None:
-        self.error = error
-
-
-class _Registration:
-    """One registration request and its outcome, owned by a task of the session."""
-
-    def __init__(
-        self,
-        prefix: str,
-        waiter_id: str,
-        lease: Lease,
-        value: bytes,
-        ahead: int | None,
-        kind: str | None,
-        retry: bool,
-        durable: bool = False,
-    ) -> None:
-        self.durable = durable
-        self.prefix = prefix
-        self.kind = kind
-        self.waiter_id = waiter_id
-        self.lease = lease
-        self.value = value
-        self.ahead = ahead
-        self.retry = retry
-        self.position: Position | None = None
-        self.error: Exception | None = None
-        self.abandoned = False
-        self.on_abandon: Callable[[Entry | None], None] | None = None
-        self.done = anyio.Event()
-
-    async def run(self, session: Session) -> None:
-        try:
-            self.position = await self._attempts(session)
-        except SessionExpiredError as exc:
-            session.declare_lost("the store refused a registration on the session's lease")
-            self.error = exc
-        except EntryGoneError as gone:
-            # Its lease expired under it, or someone deleted it.
-            lost = SessionExpiredError(f"the session was lost ({session.reason})")
-            self.error = lost if session.lost else gone
-        except Exception as exc:
-            self.error = exc
-        finally:
-            # Set and checked with no checkpoint in between: the caller either sees the
-            # position (and deletes it itself) or has abandoned it before this point.
-            self.done.set()
-            orphan = self.abandoned or self.error is not None
-            if self.on_abandon is not None and self.abandoned:
-                # Also when this task is cancelled with the session: the request may
-                # have reached the store, and what it made outlives the session.
-                self.on_abandon(self.position.entry if self.position else None)
-        if self.on_abandon is not None:
-            return
-        if orphan and not session.lost:
-            lease_id = 0 if self.durable else self.lease.id
-            provisional = Entry(self.prefix + self.waiter_id, lease=lease_id)
-            session.discard(self.position.entry if self.position else provisional)
-
-    async def _attempts(self, session: Session) -> Position:
-        backend = session.backend
-        assert session._in_flight is not None
-        for attempt in _retry.attempts():
-            try:
-                async with session._in_flight:
-                    return await backend.register(
-                        self.prefix,
-                        self.waiter_id,
-                        None if self.durable else self.lease,
-                        value=self.value,
-                        ahead=self.ahead,
-                        kind=self.kind,
-                    )
-            except BackendUnavailable as exc:
-                # The same waiter id again: a request that did reach the store is found
-                # and returned, not registered twice.
-                if session.lost:
-                    raise SessionExpiredError(f"the session was lost ({session.reason})") from exc
-                if not self.retry or self.abandoned:
-                    raise
                 await _retry.backoff(attempt)
         raise AssertionError("unreachable")  # pragma: no cover

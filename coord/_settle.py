@@ -22,7 +22,7 @@ from .abc import Create, Remove, Update
 
 if TYPE_CHECKING:
     from ._hold import Hold
-    from ._queue import Job
+    from ._jobs import Job
     from ._session import Session
     from .abc import Entry, Op
 

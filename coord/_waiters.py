@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._checks import check_str
 from ._exceptions import ConfigurationError
-from ._hold import fence_of
+from ._keys import fence_of
 
 if TYPE_CHECKING:
     from .abc import Entry

@@ -12,8 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from coord import _jobs
-from coord._hold import fence_of
-from coord._keys import WAITER_MARK
+from coord._keys import WAITER_MARK, fence_of
 from coord._waiters import parse_identity
 
 from ._common import identity_in
