@@ -204,7 +204,7 @@ class Cohort:
             await key._end()  # the guarded delete, as in strict mode
         except LockLost:
             held._frozen = True
-            held._lost_event.set()
+            held._set_lost()
             raise held._lost_error(
                 f"{held.name!r} was lost while held (fence {held.fence}): {key._why()}"
             ) from None

@@ -1,7 +1,8 @@
-"""Deferred starts: run a function in a session's task group once a delay has passed.
+"""Deferred starts: run a function once a delay has passed, as a task of a session's
+task group (:meth:`Deferred.start_after`) or as a plain call (:meth:`Deferred.call_after`).
 
-One task per session sleeps until the earliest due time, so that deferring a start costs
-a heap push, not a task and a timer each. The holds use it for their guard watch (see
+One task per session sleeps until the earliest due time, so that deferring costs a heap
+push, not a task and a timer each. The holds use it to arm their guard watch (see
 :mod:`coord._hold`): most holds of a busy lock end long before their guard would matter,
 and a start that is due after its hold ended does nothing.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 from typing import TYPE_CHECKING
 
 import anyio
@@ -24,19 +26,20 @@ if TYPE_CHECKING:
 
 __all__ = ["Deferred", "Start"]
 
+_log = logging.getLogger("coord")
+
 
 class Start:
     """One deferred start; :meth:`cancel` it while it waits and it never runs (nor keeps
     its function alive)."""
 
-    __slots__ = ("due", "func", "order")
+    __slots__ = ("call", "due", "func", "order")
 
-    def __init__(
-        self, due: float, order: int, func: Callable[[], Coroutine[Any, Any, None]]
-    ) -> None:
+    def __init__(self, due: float, order: int, func: Callable[[], Any], *, call: bool) -> None:
         self.due: float = due
         self.order: int = order
-        self.func: Callable[[], Coroutine[Any, Any, None]] | None = func
+        self.func: Callable[[], Any] | None = func
+        self.call = call  # call func() on the runner; else start it as a task
 
     def __lt__(self, other: Start) -> bool:
         return (self.due, self.order) < (other.due, other.order)
@@ -65,7 +68,18 @@ class Deferred:
 
         :raises ClosedError: if the task group is closed
         """
-        entry = Start(anyio.current_time() + delay, next(self._order), func)
+        return self._push(Start(anyio.current_time() + delay, next(self._order), func, call=False))
+
+    def call_after(self, delay: float, func: Callable[[], None]) -> Start:
+        """Call ``func()`` *delay* seconds from now, on the runner task (it must not block;
+        an exception it raises is logged), unless the returned :class:`Start` is
+        cancelled first. Not a checkpoint.
+
+        :raises ClosedError: if the task group is closed
+        """
+        return self._push(Start(anyio.current_time() + delay, next(self._order), func, call=True))
+
+    def _push(self, entry: Start) -> Start:
         heapq.heappush(self._due, entry)
         if not self._running:
             self._start_soon(self._run)
@@ -85,9 +99,16 @@ class Deferred:
                 with anyio.move_on_after(wait):
                     await self._changed.wait()
                 continue
-            func = heapq.heappop(self._due).func
+            start = heapq.heappop(self._due)
+            func = start.func
             if func is None:
                 continue  # cancelled
+            if start.call:
+                try:
+                    func()
+                except Exception:
+                    _log.exception("coord: a deferred call failed")
+                continue
             try:
                 self._start_soon(func)
             except ClosedError:

@@ -18,7 +18,7 @@ Then the body of ``async with`` is cancelled and the release raises LockLost.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING
 
 import anyio
@@ -68,7 +68,7 @@ class Hold:
         self._setup(name, fence_of(entry.revision), session, entry)
         self._seen_at = max(position.revision, entry.revision)  # my key existed then
         self._unlisten = session.listen(self._poke)
-        self._guard_start: Start | None = session.start_after(GUARD_DELAY, self._guard)
+        self._guard_start: Start | None = session.call_after(GUARD_DELAY, self._arm)
 
     def _setup(self, name: str, fence: int, session: Session, entry: Entry) -> None:
         self.name = name
@@ -79,10 +79,11 @@ class Hold:
         self._granted = False
         self._epoch = 0
         self._frozen: bool | None = None  # lost or not, as it was at release
-        self._lost_event = anyio.Event()
+        self._lost_flag = False  # set once a granted hold is known lost
+        self._lost_event: anyio.Event | None = None  # made by the first wait_lost()
         self._scope: anyio.CancelScope | None = None  # the wait, then the body
-        self._guard_scope = anyio.CancelScope()
-        self._guard_start = None  # the guard's deferred start (see __init__)
+        self._guard_start = None  # the guard's deferred arming (see __init__)
+        self._unguard: Callable[[], None] | None = None  # stops the armed guard
         self._followers: list[Callable[[], None]] = []
 
     def __repr__(self) -> str:
@@ -123,7 +124,16 @@ class Hold:
 
     async def wait_lost(self) -> None:
         """Return when the lock is lost. A checkpoint; never returns if it is not lost."""
+        if self._lost_event is None:
+            self._lost_event = anyio.Event()  # most holds are never waited on: made here
+        if self._lost_flag:
+            self._lost_event.set()
         await self._lost_event.wait()
+
+    def _set_lost(self) -> None:
+        self._lost_flag = True
+        if self._lost_event is not None:
+            self._lost_event.set()
 
     # -- state ----------------------------------------------------------------------------
 
@@ -149,7 +159,7 @@ class Hold:
             return
         lost = self._is_lost()
         if lost and self._granted:
-            self._lost_event.set()
+            self._set_lost()
         if lost and self._scope is not None:
             self._scope.cancel()
 
@@ -172,9 +182,11 @@ class Hold:
         """Stop watching; freeze and return whether the lock was lost."""
         if self._frozen is None:
             self._frozen = self._is_lost() if self._granted else self._gone
-            self._guard_scope.cancel()
             if self._guard_start is not None:
-                self._guard_start.cancel()  # a brief hold: its guard never starts
+                self._guard_start.cancel()  # a brief hold: its guard is never armed
+            if self._unguard is not None:
+                self._unguard()
+                self._unguard = None
             self._unlisten()
         return self._frozen
 
@@ -191,7 +203,7 @@ class Hold:
         deleted = await session.delete(self._entry)
         if deleted is False or (deleted is None and session.lost):
             self._frozen = True
-            self._lost_event.set()
+            self._set_lost()
         if deleted is False:
             self._gone = True
             raise self._lost_error(
@@ -223,7 +235,7 @@ class Hold:
         self._scope = anyio.CancelScope()
         self._scope.__enter__()
         if self._is_lost():
-            self._lost_event.set()
+            self._set_lost()
             self._scope.cancel()
 
     def _exit_body(
@@ -237,25 +249,47 @@ class Hold:
             return False
         return bool(body.__exit__(exc_type, exc_val, exc_tb))
 
-    async def _guard(self) -> None:
-        """Watch my own key until released; note it if it is deleted. Runs in the
+    # -- the guard: my own key, watched while the hold lasts -------------------------------
+
+    def _arm(self) -> None:
+        """Guard my key (from the revision at which it was last seen): a record in the
+        backend's watch table, no task. Called on the session's deferred-call task."""
+        self._guard_start = None
+        if self._frozen is not None or self._session.lost:
+            return  # released before it was due: nothing to watch
+        try:
+            self._unguard = self._session.backend.guard(
+                self._entry.key, revision=self._seen_at, on_change=self._guard_fired
+            )
+        except ClosedError:
+            pass  # the backend is closing: the session tells everyone
+
+    def _guard_fired(self) -> None:
+        # My key may be gone, or the backend lost sight of it: re-read (rare: a task).
+        self._unguard = None
+        if self._frozen is None:
+            with suppress(ClosedError):  # the session is closing: it tells everyone
+                self._session.start_soon(self._recheck)
+
+    async def _recheck(self) -> None:
+        """Read my key again: gone means lost; there means guard it again. Runs in the
         session's task group (so it ends with the session)."""
         backend = self._session.backend
-        revision = self._seen_at
         attempt = 0
-        with self._guard_scope:
-            while self._frozen is None:  # released before it ran: nothing to watch
-                try:
-                    await backend.wait_deleted([self._entry.key], revision=revision)
-                    revision = (await backend.position(self._entry, ahead=0)).revision
-                    attempt = 0
-                except EntryGoneError:
-                    self._key_gone()
+        while self._frozen is None:  # released meanwhile: nothing to check
+            try:
+                revision = (await backend.position(self._entry, ahead=0)).revision
+            except EntryGoneError:
+                self._key_gone()
+                return
+            except (SessionExpiredError, ClosedError):
+                return  # the session tells everyone
+            except BackendError:
+                if self._session.lost:
                     return
-                except (SessionExpiredError, ClosedError):
-                    return  # the session tells everyone
-                except BackendError:
-                    if self._session.lost:
-                        return
-                    await _retry.backoff(attempt)
-                    attempt += 1
+                await _retry.backoff(attempt)
+                attempt += 1
+                continue
+            self._seen_at = max(self._seen_at, revision)
+            self._arm()
+            return

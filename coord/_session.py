@@ -367,13 +367,13 @@ class Session(SessionSource, OwnedWork, AsyncResource):
         """A session used alone is its own client: its task group."""
         self.start_soon(func)
 
-    def start_after(self, delay: float, func: Callable[[], Coroutine[Any, Any, None]]) -> Start:
-        """Run *func* in the session's task group once *delay* seconds have passed (one
-        task of the session waits for all such starts), unless the returned
+    def call_after(self, delay: float, func: Callable[[], None]) -> Start:
+        """Call *func* (it must not block) once *delay* seconds have passed, on the one
+        task of the session that waits for all such calls, unless the returned
         :class:`~coord._deferred.Start` is cancelled first. Not a checkpoint."""
         if self._tg is None or self._closed:
             raise ClosedError("the session is not open")
-        return self._deferred.start_after(delay, func)
+        return self._deferred.call_after(delay, func)
 
     async def retry(self, func: Callable[[], Awaitable[Any]]) -> Any:
         """Await ``func()``, again after each BackendUnavailable (with backoff) while the

@@ -27,7 +27,7 @@ from anyio.abc import AsyncResource
 from ._exceptions import EntryGoneError
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Sequence
+    from collections.abc import AsyncIterator, Callable, Sequence
     from contextlib import AbstractAsyncContextManager
 
 __all__ = [
@@ -331,6 +331,25 @@ class Backend(AsyncResource):
         Returns at once if that deletion already happened. May return spuriously (after
         a watch could not be resumed, or a ZooKeeper disconnect): callers re-check with
         :meth:`position`. Waits on the store's watch; never polls.
+        """
+
+    @abstractmethod
+    def guard(
+        self, key: str, *, revision: int, on_change: Callable[[], None]
+    ) -> Callable[[], None]:
+        """Call *on_change* once *key* may have been deleted after *revision* (a store
+        revision at which the caller read it: it existed then), or once the backend can no
+        longer be sure to see its deletion (a watch that could not be resumed, a
+        ZooKeeper disconnect): the caller re-reads, then guards it again.
+
+        Unlike :meth:`wait_deleted` this costs no task of the caller's: a guard is a
+        record in the backend's watch table (holds of locks guard their keys for as long
+        as they are held, ten thousand at a time). Not a checkpoint: the watch is armed
+        by the backend's own tasks, soon after. *on_change* is called at most once, in a
+        task that is not the caller's (one of the backend's, or the one whose request
+        deleted the key): it must not block or raise, and may start a task. Returns a
+        function that stops the guard (idempotent; after it, *on_change* is not
+        called).
         """
 
     @abstractmethod

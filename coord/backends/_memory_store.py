@@ -19,7 +19,7 @@ from .._keys import WAITER_MARK
 from ..abc import Change, ChangeKind, Check, Create, Entry, Position, Put, Update
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from anyio.streams.memory import MemoryObjectSendStream
 
@@ -47,7 +47,8 @@ class MemoryStore:
         self._kv: dict[str, Entry] = {}
         self._leases: dict[int, _LeaseRecord] = {}
         self._lease_ids = itertools.count(0x1000)
-        self._deleted: dict[str, list[anyio.Event]] = {}
+        #: What to call when a key is deleted (its waiters' ``Event.set``, guards).
+        self._deleted: dict[str, list[Callable[[], None]]] = {}
         self._changed: dict[str, list[anyio.Event]] = {}
         self._watchers: list[tuple[str, MemoryObjectSendStream[Change]]] = []
         # Recent changes, so that a watch can start from a past revision like on etcd.
@@ -144,9 +145,9 @@ class MemoryStore:
         if entry.lease in self._leases:
             self._leases[entry.lease].keys.discard(key)
         rev = rev or self._next_revision()
-        for event in self._deleted.pop(key, ()):
+        for wake in self._deleted.pop(key, ()):
             self.wakeups += 1
-            event.set()
+            wake()
         for event in self._changed.pop(key, ()):
             event.set()
         self._notify(Change(ChangeKind.DELETE, Entry(key), rev))

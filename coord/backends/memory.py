@@ -51,7 +51,7 @@ from ._memory_store import MemoryStore, _LeaseRecord
 from ._txn import check_key, check_ops, check_request, check_value, estimate
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterator, Sequence
+    from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 
     from anyio.abc import TaskGroup
 
@@ -263,14 +263,34 @@ class MemoryBackend(Backend):
             return
         event = anyio.Event()
         for key in keys:
-            self.store._deleted.setdefault(key, []).append(event)
+            self.store._deleted.setdefault(key, []).append(event.set)
         try:
             await event.wait()
         finally:
             for key in keys:
-                waiters = self.store._deleted.get(key, [])
-                if event in waiters:
-                    waiters.remove(event)
+                _forget(self.store._deleted, key, event.set)
+
+    def guard(
+        self, key: str, *, revision: int, on_change: Callable[[], None]
+    ) -> Callable[[], None]:
+        check_key(key, "memory store")
+        assert self._tg is not None, "the backend is not open"
+        current = self.store._kv.get(key)
+        if current is None or current.revision > revision:
+            self._tg.start_soon(_call, on_change)  # gone already: say so soon, not now
+            return lambda: None
+        armed = [on_change]
+
+        def fire() -> None:
+            if armed:
+                armed.pop()()
+
+        def stop() -> None:
+            armed.clear()
+            _forget(self.store._deleted, key, fire)
+
+        self.store._deleted.setdefault(key, []).append(fire)
+        return stop
 
     async def wait_changed(self, entry: Entry, *, revision: int) -> None:
         await self._enter(entry.key)
@@ -430,3 +450,15 @@ class _WaiterChanges:
             if change.kind is ChangeKind.PUT and entry.revision != change.revision:
                 continue  # a value change, not a creation
             return change
+
+
+def _forget(table: dict[str, list[Callable[[], None]]], key: str, wake: Callable[[], None]) -> None:
+    wakes = table.get(key)
+    if wakes is not None and wake in wakes:
+        wakes.remove(wake)
+        if not wakes:
+            del table[key]
+
+
+async def _call(func: Callable[[], None]) -> None:
+    func()

@@ -15,7 +15,7 @@ from coord.abc import Backend, ChangeKind, Create, Lease
 from coord.testing import compact, drop_key, expire_session
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Callable
 
     from coord.abc import Change
 
@@ -102,6 +102,46 @@ async def test_wait_deleted_and_wait_changed(clients: list[coord.Client]) -> Non
             tg.start_soon(lambda: other.wait_deleted([entry.key], revision=updated.version))
             await anyio.sleep(0.2)
             assert await backend.delete(updated)
+
+
+async def test_guard_calls_back_once_when_the_key_goes(clients: list[coord.Client]) -> None:
+    """guard(): a callback, once, when the key is deleted after the revision it was read
+    at (by anyone), soon when it is gone already, and never after it is stopped; no task
+    of the caller's waits meanwhile."""
+    backend, lease, other, _ = parts(clients)
+    fired: dict[str, anyio.Event] = {name: anyio.Event() for name in ("kept", "gone", "old")}
+    calls: list[str] = []
+
+    def on(name: str) -> Callable[[], None]:
+        def call() -> None:
+            calls.append(name)
+            fired[name].set()
+
+        return call
+
+    kept = await backend.register("c/guard/", wid(), lease)
+    gone = await backend.register("c/guard/", wid(), lease)
+    stopped = await backend.register("c/guard/", wid(), lease)
+    stop_kept = other.guard(kept.entry.key, revision=kept.revision, on_change=on("kept"))
+    other.guard(gone.entry.key, revision=gone.revision, on_change=on("gone"))
+    stop = other.guard(stopped.entry.key, revision=stopped.revision, on_change=on("stopped"))
+    stop()
+    stop()  # idempotent
+    await anyio.sleep(0.3)  # the guards are armed by the backend's own tasks
+    assert calls == []
+    with anyio.fail_after(10):
+        assert await backend.delete(gone.entry)
+        await fired["gone"].wait()
+        assert await backend.delete(stopped.entry)
+        await backend.delete(kept.entry)
+        await fired["kept"].wait()
+        # A key deleted after the revision it was read at: called back soon, not now.
+        other.guard(gone.entry.key, revision=gone.revision, on_change=on("old"))
+        assert "old" not in calls
+        await fired["old"].wait()
+    await anyio.sleep(0.3)
+    stop_kept()  # after its call: nothing happens
+    assert sorted(calls) == ["gone", "kept", "old"]
 
 
 async def test_delete_is_guarded(clients: list[coord.Client]) -> None:

@@ -51,7 +51,7 @@ from ._lease import grant
 from ._watch import Watch, WatchCompacted, WatchStream
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+    from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 
     from anyio.abc import TaskGroup
 
@@ -298,6 +298,15 @@ class EtcdBackend(Backend):
             with anyio.CancelScope(shield=True):
                 for watch in watches:
                     await watch.aclose()
+
+    def guard(
+        self, key: str, *, revision: int, on_change: Callable[[], None]
+    ) -> Callable[[], None]:
+        # A deletes-only watch from the revision after the read, as for wait_deleted, but a
+        # callback: no task, no event, no buffer per guarded key.
+        return self._watches.guard(
+            self._key(key), start_revision=revision + 1, on_change=on_change
+        ).stop
 
     async def wait_changed(self, entry: Entry, *, revision: int) -> None:
         # Every event after the read counts (puts too); a compacted start revision

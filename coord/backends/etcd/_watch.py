@@ -1,10 +1,18 @@
 """Every watch of one etcd backend, multiplexed on one gRPC Watch stream.
 
-Like clientv3's watcher: watch creations are sent one at a time (the server answers them in
-order, and the answer carries the watch id). When the stream breaks, it is reopened (on
-the next endpoint if the member was unreachable or had no leader) and every watch is
-created again from the revision after the last event it delivered, so no event is lost and
-none is seen twice. aetcd's watcher does not resume; this is why coord has its own.
+Each watch gets its id from us (``WatchCreateRequest.watch_id``, etcd 3.4), so creations
+are pipelined: up to :data:`_PIPELINE` are in flight at once, sent by a short-lived pump
+task while the stream's reader reads (clientv3 sends one at a time and waits for each
+answer: ten thousand held locks would take ten thousand round trips to be guarded). When
+the stream breaks, it is reopened (on the next endpoint if the member was unreachable or
+had no leader) and every watch is created again from the revision after the last event it
+delivered, so no event is lost and none is seen twice. aetcd's watcher does not resume;
+this is why coord has its own.
+
+Two kinds of watch share the stream: a :class:`Watch` is iterated for its events (a
+prefix watch, a wait for a deletion); a :class:`Guard` is a callback and nothing else
+(no task, no event, no buffer), called once when its key is deleted or the watch ends:
+what a held lock costs while it is held.
 
 A watch whose start revision has been compacted away cannot resume: it reports
 :class:`WatchCompacted`, and its user re-reads the state it cares about.
@@ -12,6 +20,7 @@ A watch whose start revision has been compacted away cannot resume: it reports
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -24,28 +33,32 @@ from ..._exceptions import BackendError, BackendUnavailable, ResyncNeeded
 from ._connection import AuthTokenExpired, finish, stream_read, stream_write
 
 if TYPE_CHECKING:
-    from anyio.abc import TaskStatus
+    from collections.abc import Callable
+
+    from anyio.abc import TaskGroup, TaskStatus
 
     from ._connection import Connection
 
-__all__ = ["Watch", "WatchCompacted", "WatchStream"]
+__all__ = ["Guard", "Watch", "WatchCompacted", "WatchStream"]
 
 _BACKOFF = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0)
 # A stream that lived this long before it broke was healthy: reconnect at once.
 _HEALTHY = 5.0
 _log = logging.getLogger("coord.backends.etcd")
 _NOPUT = rpc.WatchCreateRequest.FilterType.Value("NOPUT")
+# Watch creations sent and not yet answered, at most: enough to fill a round trip, few
+# enough that the answers never back up behind our writes.
+_PIPELINE = 64
 
 
 class WatchCompacted(ResyncNeeded):
     """The watch's start revision was compacted: re-read, then watch again."""
 
 
-class Watch:
-    """One watch on a key or range. Iterate it for batches of ``aetcd.rpc.Event``.
+class _Watcher:
+    """What both kinds of watch share: what to create, and from which revision."""
 
-    :ivar notify: set at the first delivery (events, compaction or failure)
-    """
+    __slots__ = ("_stream", "closed", "id", "key", "next_revision", "no_put", "range_end")
 
     def __init__(
         self, stream: WatchStream, key: bytes, range_end: bytes, start: int, no_put: bool
@@ -57,19 +70,40 @@ class Watch:
         self.no_put = no_put
         self.id: int | None = None
         self.closed = False
-        #: Why the server ended the watch, if it did.
-        self.error: BackendError | None = None
-        self.notify = anyio.Event()
-        self._send, self._receive = anyio.create_memory_object_stream[Any](1_000_000)
 
-    def create_request(self) -> Any:
+    def create_request(self, watch_id: int) -> Any:
         create = rpc.WatchCreateRequest(
             key=self.key,
             range_end=self.range_end,
             start_revision=self.next_revision,
             filters=[_NOPUT] if self.no_put else [],
+            watch_id=watch_id,
         )
         return rpc.WatchRequest(create_request=create)
+
+    def deliver(self, events: Any) -> None:
+        raise NotImplementedError
+
+    def fail(self, error: BackendError) -> None:
+        raise NotImplementedError
+
+
+class Watch(_Watcher):
+    """One watch on a key or range. Iterate it for batches of ``aetcd.rpc.Event``.
+
+    :ivar notify: set at the first delivery (events, compaction or failure)
+    """
+
+    __slots__ = ("_receive", "_send", "error", "notify")
+
+    def __init__(
+        self, stream: WatchStream, key: bytes, range_end: bytes, start: int, no_put: bool
+    ) -> None:
+        super().__init__(stream, key, range_end, start, no_put)
+        #: Why the server ended the watch, if it did.
+        self.error: BackendError | None = None
+        self.notify = anyio.Event()
+        self._send, self._receive = anyio.create_memory_object_stream[Any](1_000_000)
 
     def deliver(self, events: Any) -> None:
         if self.closed:
@@ -99,11 +133,45 @@ class Watch:
         return item  # type: ignore[no-any-return]
 
     async def aclose(self) -> None:
-        """Stop the watch (cancels it on the server). Shielded; not a failure point."""
+        """Stop the watch (cancels it on the server). Not a failure point."""
         self.closed = True
         self._send.close()
         self._receive.close()
-        await self._stream.forget(self)
+        self._stream.forget(self)
+
+
+class Guard(_Watcher):
+    """A watch for the deletion of one key that calls *on_change* once: at the deletion,
+    or when the watch ends otherwise (compaction, an error): the caller re-reads."""
+
+    __slots__ = ("_on_change",)
+
+    def __init__(
+        self, stream: WatchStream, key: bytes, start: int, on_change: Callable[[], None]
+    ) -> None:
+        super().__init__(stream, key, b"", start, no_put=True)
+        self._on_change = on_change
+
+    def deliver(self, events: Any) -> None:
+        if events:  # deletes only (NOPUT): the key is gone
+            self._fire()
+
+    def fail(self, error: BackendError) -> None:
+        self._fire()
+
+    def _fire(self) -> None:
+        if not self.closed:
+            self.stop()
+            try:
+                self._on_change()
+            except Exception:  # pragma: no cover - callers only set flags, start tasks
+                _log.exception("coord: an etcd guard callback failed")
+
+    def stop(self) -> None:
+        """Stop the guard (cancels it on the server). Idempotent; not a checkpoint."""
+        if not self.closed:
+            self.closed = True
+            self._stream.forget(self)
 
 
 class WatchStream:
@@ -111,11 +179,15 @@ class WatchStream:
 
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
-        self._active: list[Watch] = []
-        self._by_id: dict[int, Watch] = {}
-        self._queue: deque[Watch] = deque()
-        self._creating: Watch | None = None
+        self._active: dict[_Watcher, None] = {}  # insertion-ordered; O(1) removal
+        self._by_id: dict[int, _Watcher] = {}
+        self._queue: deque[_Watcher] = deque()  # to create
+        self._cancels: deque[int] = deque()  # watch ids to cancel on the server
+        self._ids = itertools.count(1)
+        self._outstanding = 0  # creations sent and not yet answered
         self._call: Any = None
+        self._tg: TaskGroup | None = None  # the current stream's: its pump runs there
+        self._pumping = False
         self._lock = anyio.Lock()
         self._answered = False  # a watch was created, or events delivered
         self._failing = False
@@ -123,46 +195,75 @@ class WatchStream:
         self.responses = 0
         self.events = 0
 
+    def __len__(self) -> int:
+        return len(self._active)
+
     async def open(
         self, key: bytes, range_end: bytes = b"", *, start_revision: int, no_put: bool = False
     ) -> Watch:
-        """Start a watch. Its events arrive by iterating it; close it with ``aclose``."""
+        """Start a watch. Its events arrive by iterating it; close it with ``aclose``.
+        A checkpoint (the creation is sent by the stream's pump, soon after)."""
         watch = Watch(self, key, range_end, start_revision, no_put)
-        self._active.append(watch)
-        self._queue.append(watch)
-        try:
-            await self._send_next()
-        except (grpc.aio.AioRpcError, BackendUnavailable):
-            pass  # the stream is broken: run() reopens it and creates this watch then
+        self._add(watch)
+        await anyio.lowlevel.checkpoint()
         return watch
 
-    async def forget(self, watch: Watch) -> None:
-        if watch in self._active:
-            self._active.remove(watch)
+    def guard(self, key: bytes, *, start_revision: int, on_change: Callable[[], None]) -> Guard:
+        """Start a :class:`Guard` of *key*. Not a checkpoint."""
+        guard = Guard(self, key, start_revision, on_change)
+        self._add(guard)
+        return guard
+
+    def _add(self, watch: _Watcher) -> None:
+        self._active[watch] = None
+        self._queue.append(watch)
+        self._kick()
+
+    def forget(self, watch: _Watcher) -> None:
+        """Drop *watch* and have it cancelled on the server. Not a checkpoint."""
+        watch.closed = True
+        self._active.pop(watch, None)
         if watch.id is not None and self._by_id.pop(watch.id, None) is watch:
-            cancel = rpc.WatchCancelRequest(watch_id=watch.id)
-            with anyio.move_on_after(1, shield=True):
-                try:
-                    await self._write(rpc.WatchRequest(cancel_request=cancel))
-                except (grpc.aio.AioRpcError, BackendUnavailable):
-                    pass  # the stream is gone, and the watch with it
+            self._cancels.append(watch.id)
+            self._kick()
 
-    async def _write(self, request: Any) -> None:
-        # One writer at a time on the stream; a write is never interrupted half-way.
-        with anyio.CancelScope(shield=True):
-            async with self._lock:
-                if self._call is not None:
-                    await stream_write(self._call, request)
+    def _kick(self) -> None:
+        """Start the pump unless it runs (or there is no stream: it starts with one)."""
+        if not self._pumping and self._tg is not None and self._call is not None:
+            self._pumping = True
+            self._tg.start_soon(self._pump)
 
-    async def _send_next(self) -> None:
-        with anyio.CancelScope(shield=True):
+    def _next_request(self) -> Any:
+        if self._cancels:
+            return rpc.WatchRequest(
+                cancel_request=rpc.WatchCancelRequest(watch_id=self._cancels.popleft())
+            )
+        while self._queue and self._outstanding < _PIPELINE:
+            watch = self._queue.popleft()
+            if watch.closed:
+                continue
+            watch.id = next(self._ids)
+            self._by_id[watch.id] = watch
+            self._outstanding += 1
+            return watch.create_request(watch.id)
+        return None
+
+    async def _pump(self) -> None:
+        """Send what is to be sent (cancels first, then creations while fewer than
+        _PIPELINE are unanswered), then end. Runs in the stream's task group: only the
+        stream's end (whose call goes with it) interrupts a write."""
+        try:
             async with self._lock:
-                while self._creating is None and self._queue and self._call is not None:
-                    watch = self._queue.popleft()
-                    if watch.closed:
-                        continue
-                    self._creating = watch
-                    await stream_write(self._call, watch.create_request())
+                call = self._call
+                while call is not None and call is self._call:
+                    request = self._next_request()
+                    if request is None:
+                        return
+                    await stream_write(call, request)
+        except (grpc.aio.AioRpcError, BackendUnavailable):
+            pass  # the stream is broken: run() reopens it and creates every watch again
+        finally:
+            self._pumping = False
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Keep the stream open, reopening it after every break. Start with ``tg.start``.
@@ -206,62 +307,65 @@ class WatchStream:
     async def _serve(self) -> None:
         """Open the stream and serve it until it breaks."""
         call = self._conn.watch.Watch(metadata=self._conn.metadata(require_leader=True))
-        self._reset(call)
+        error: Exception | None = None
         try:
-            await self._send_next()
-            while True:
-                response = await stream_read(call)
-                await self._handle(response)
+            async with anyio.create_task_group() as tg:
+                self._reset(call, tg)
+                self._kick()
+                try:
+                    while True:
+                        self._handle(await stream_read(call))
+                except Exception as exc:  # raised as itself, not in an ExceptionGroup
+                    error = exc
+                    tg.cancel_scope.cancel()
+            if error is not None:
+                raise error
         finally:
-            self._call = None
+            self._call = self._tg = None
+            self._pumping = False
             await finish(call)
 
-    def _reset(self, call: Any) -> None:
-        self._call = call
+    def _reset(self, call: Any, tg: TaskGroup) -> None:
+        self._call, self._tg = call, tg
         self._by_id.clear()
-        self._creating = None
-        self._active = [w for w in self._active if not w.closed]
+        self._cancels.clear()  # the old stream's watches died with it
+        self._outstanding = 0
+        for watch in self._active:
+            watch.id = None
         self._queue = deque(self._active)
 
-    async def _handle(self, response: Any) -> None:
+    def _handle(self, response: Any) -> None:
+        watch = self._by_id.get(response.watch_id)
         if response.created:
-            watch, self._creating = self._creating, None
-            if watch is not None:
-                watch.id = response.watch_id
-                self._by_id[watch.id] = watch
-                if response.canceled:
-                    self._cancelled(watch, response)
-                else:
-                    self._answered = True
-                    if watch.closed:
-                        await self.forget(watch)
-            await self._send_next()
+            self._outstanding = max(self._outstanding - 1, 0)
+            if watch is not None and response.canceled:
+                self._cancelled(watch, response)
+            elif watch is not None:
+                self._answered = True
+            self._kick()  # room in the pipeline
         elif response.canceled:
-            watch = self._by_id.pop(response.watch_id, None)
             if watch is not None:
                 self._cancelled(watch, response)
         else:
-            watch = self._by_id.get(response.watch_id)
             self._answered = True
             self.responses += 1
             self.events += len(response.events)
             if watch is not None:
                 watch.deliver(response.events)
 
-    def _cancelled(self, watch: Watch, response: Any) -> None:
+    def _cancelled(self, watch: _Watcher, response: Any) -> None:
         self._by_id.pop(response.watch_id, None)
-        if watch in self._active:
-            self._active.remove(watch)
+        self._active.pop(watch, None)
         if response.compact_revision:
             watch.fail(WatchCompacted(f"watch compacted at {response.compact_revision}"))
         elif "no leader" in response.cancel_reason:
             # The member lost its leader: reopen the stream elsewhere and keep the watch.
-            self._active.append(watch)
+            self._active[watch] = None
             raise BackendUnavailable(f"etcd watch: {response.cancel_reason}")
         elif "invalid auth token" in response.cancel_reason:
             # The stream's token is stale (expired, or the server restarted): log in again
             # and reopen the stream with the new token, keeping the watch.
-            self._active.append(watch)
+            self._active[watch] = None
             raise AuthTokenExpired(f"etcd watch: {response.cancel_reason}")
         else:
             watch.fail(BackendError(f"etcd watch cancelled: {response.cancel_reason}"))

@@ -147,6 +147,7 @@ class ZooKeeperBackend(FaultHooks, Backend):
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         await self._tg.start(self._policy.run)
+        await self._tg.start(self._watches.run)
         return self
 
     async def aclose(self) -> None:
@@ -290,6 +291,14 @@ class ZooKeeperBackend(FaultHooks, Backend):
         """
         self._check_open()
         await self._queues.wait_deleted(keys, self._conn.timeout)
+
+    def guard(
+        self, key: str, *, revision: int, on_change: Callable[[], None]
+    ) -> Callable[[], None]:
+        """Guard *key* with one data watch, armed by a read sent now (see
+        :meth:`coord.abc.Backend.guard`); also fires on a write and after a disconnect."""
+        self._check_open()
+        return self._queues.guard(key, revision, on_change)
 
     async def wait_changed(self, entry: Entry, *, revision: int) -> None:
         """Wait, with one data watch, until *entry* may be deleted or written.

@@ -117,21 +117,28 @@ class Bridge:
         Not a checkpoint.
         """
         reply = Reply()
+        self.call(request, reply.settle)
+        return reply
+
+    def call(
+        self, request: Callable[[], Any], done: Callable[[Any, BaseException | None], None]
+    ) -> None:
+        """Issue a kazoo ``*_async`` call on the submitter thread; ``done(value, error)``
+        is called on the event loop with its outcome. Not a checkpoint."""
 
         def completed(result: Any) -> None:  # on a kazoo thread (or the submitter)
             if result.successful():
-                self.to_loop(reply.settle, result.value, None)
+                self.to_loop(done, result.value, None)
             else:
-                self.to_loop(reply.settle, None, result.exception)
+                self.to_loop(done, None, result.exception)
 
         def job() -> None:
             try:
                 request().rawlink(completed)
             except Exception as exc:  # kazoo checks arguments before sending
-                self.to_loop(reply.settle, None, exc)
+                self.to_loop(done, None, exc)
 
         self.submit(job)
-        return reply
 
     def _submit_loop(self) -> None:
         while (job := self._jobs.get()) is not None:

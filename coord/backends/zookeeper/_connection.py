@@ -258,6 +258,11 @@ class Connection:
 
     # -- requests -------------------------------------------------------------------------
 
+    @property
+    def bridge(self) -> Bridge:
+        """The bridge to kazoo's threads (for requests whose outcome is a callback)."""
+        return self._bridge
+
     def start(self, request: Callable[[], Any]) -> Reply:
         """Issue one kazoo ``*_async`` call without waiting (no retry, no budget)."""
         return self._bridge.start(request)

@@ -33,7 +33,7 @@ from ._errors import ANSWERS
 from ._paths import nearest_before, parse_waiter, sequence_of, waiter_names
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from ._connection import Connection
     from ._nodes import Nodes
@@ -303,6 +303,40 @@ class Queues:
                         return  # a disconnect: the caller re-checks, which waits for it
                     raise error from exc
             await woken.wait()
+
+    def guard(self, key: str, revision: int, on_change: Callable[[], None]) -> Callable[[], None]:
+        """A data watch on *key*'s node, armed by a read sent now without waiting for it:
+        *on_change* once the node is gone or written, or the connection dropped (every
+        watch then fires). A waiter node's name is never used twice (its sequence suffix),
+        so *revision* is not needed. No task; not a checkpoint."""
+        path = self._paths.path(key)
+        armed = [on_change]
+
+        def fire() -> None:  # on the loop, maybe outside any task: call back from one
+            stop()
+            if armed:
+                self._watches.call_in_task(armed.pop())
+
+        def stop() -> None:
+            self._watches.discard("data", path, fire)
+
+        def read(value: Any, error: BaseException | None) -> None:
+            if error is not None:
+                fire()  # gone already, or not armed (a disconnect): re-read
+
+        self._watches.add("data", path, fire)  # listen first (CURATOR-527)
+        client = self._conn.client
+        if client is None:
+            fire()  # no connection: the re-read waits for one
+        else:
+            request = partial(client.get_async, path, watch=self._watches.data_watcher)
+            self._conn.bridge.call(request, read)
+
+        def cancel() -> None:
+            armed.clear()
+            stop()
+
+        return cancel
 
     async def wait_changed(self, entry: Entry, default_timeout: float) -> None:
         path = self._paths.path(entry.key)

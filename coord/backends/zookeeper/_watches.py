@@ -14,10 +14,12 @@ callable in kazoo's table, which does nothing when the watch eventually fires.
 
 from __future__ import annotations
 
-from collections import defaultdict
+import logging
+from collections import defaultdict, deque
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
+import anyio
 from kazoo.protocol.states import EventType
 
 if TYPE_CHECKING:
@@ -26,6 +28,8 @@ if TYPE_CHECKING:
     from ._bridge import Bridge
 
 __all__ = ["Kind", "WatchRegistry"]
+
+log = logging.getLogger("coord.backends.zookeeper")
 
 Kind = Literal["data", "children"]
 
@@ -36,6 +40,30 @@ class WatchRegistry:
     def __init__(self, bridge: Bridge) -> None:
         self._bridge = bridge
         self._listeners: defaultdict[tuple[Kind, str], set[Callable[[], None]]] = defaultdict(set)
+        self._calls: deque[Callable[[], None]] = deque()  # for run(), in a task
+        self._called: anyio.Event | None = None
+
+    def call_in_task(self, func: Callable[[], None]) -> None:
+        """Call *func* soon from :meth:`run`'s task (a guard's callback may start a task,
+        which a loop callback, outside any task, cannot). Not a checkpoint."""
+        self._calls.append(func)
+        if self._called is not None:
+            self._called.set()
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Make the calls of :meth:`call_in_task`, until cancelled (start with ``tg.start``)."""
+        task_status.started()
+        while True:
+            self._called = anyio.Event()
+            while self._calls:
+                func = self._calls.popleft()
+                try:
+                    func()
+                except Exception:  # pragma: no cover - callbacks set flags, start tasks
+                    log.exception("coord: a ZooKeeper watch callback failed")
+            await self._called.wait()
 
     # The callables handed to kazoo (run on kazoo's callback thread: they must not block).
 
@@ -52,18 +80,26 @@ class WatchRegistry:
         self, kind: Kind, paths: Iterable[str], wake: Callable[[], None]
     ) -> Iterator[None]:
         """Call *wake* whenever a *kind* watch fires on one of *paths*, or on a disconnect."""
-        keys = [(kind, path) for path in paths]
-        for key in keys:
-            self._listeners[key].add(wake)
+        paths = list(paths)
+        for path in paths:
+            self.add(kind, path, wake)
         try:
             yield
         finally:
-            for key in keys:
-                listeners = self._listeners.get(key)
-                if listeners is not None:
-                    listeners.discard(wake)
-                    if not listeners:
-                        del self._listeners[key]
+            for path in paths:
+                self.discard(kind, path, wake)
+
+    def add(self, kind: Kind, path: str, wake: Callable[[], None]) -> None:
+        """Call *wake* whenever a *kind* watch fires on *path*, or on a disconnect."""
+        self._listeners[(kind, path)].add(wake)
+
+    def discard(self, kind: Kind, path: str, wake: Callable[[], None]) -> None:
+        """Stop calling *wake* for *path*. Idempotent."""
+        listeners = self._listeners.get((kind, path))
+        if listeners is not None:
+            listeners.discard(wake)
+            if not listeners:
+                del self._listeners[(kind, path)]
 
     def wake_all(self) -> None:
         """Wake every listener: their watches are gone (disconnect, client replaced)."""
