@@ -19,6 +19,7 @@ import argparse
 import contextlib
 import statistics
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
@@ -29,9 +30,9 @@ import anyio
 from kazoo.client import KazooClient
 
 import coord
-from coord.backends.zookeeper._faults import notifications_sent
+from coord.backends.zookeeper._faults import notifications_sent, server_counters
 from coord.testing import EtcdServer, ZooKeeperServer
-from coord.testing._metrics import watch_messages_sent
+from coord.testing._metrics import parse_metric, watch_messages_sent
 
 Contender = Callable[[float, list[float]], Coroutine[Any, Any, None]]
 
@@ -62,6 +63,30 @@ async def notifications(endpoint: str) -> int:
         host, port = endpoint[3:].rsplit(":", 1)
         return await anyio.to_thread.run_sync(notifications_sent, [(host, int(port))])
     return await watch_messages_sent(endpoint)
+
+
+def _zk_packets_received(host: str, port: int) -> int:
+    return sum(m.get("zk_packets_received", 0) for m in server_counters([(host, port)]))
+
+
+def fetch_metrics(endpoint: str) -> str:
+    """etcd's /metrics text. Blocks."""
+    with urllib.request.urlopen(f"http://{endpoint}/metrics", timeout=5) as resp:
+        return str(resp.read().decode())
+
+
+def _grpc_messages_received(endpoint: str) -> int:
+    return int(parse_metric(fetch_metrics(endpoint), "grpc_server_msg_received_total"))
+
+
+async def requests_received(endpoint: str) -> int:
+    """Every request the server has received so far, of every client (etcd: gRPC messages
+    received, gateway requests and lease keep-alives included; ZooKeeper: packets received,
+    pings included)."""
+    if endpoint.startswith("zk:"):
+        host, port = endpoint[3:].rsplit(":", 1)
+        return await anyio.to_thread.run_sync(_zk_packets_received, host, int(port))
+    return await anyio.to_thread.run_sync(_grpc_messages_received, endpoint)
 
 
 async def run(

@@ -1,6 +1,7 @@
 """Scale curves (issue 9): time and client memory per waiter, and per held lock.
 
-Starts a throwaway etcd and ZooKeeper and measures coord's strict Mutex:
+Starts a throwaway etcd and ZooKeeper and measures coord's strict Mutex, then tooz's lock
+(OpenStack's coordination library, its etcd3gw and zookeeper drivers) the same way:
 
 * **waiters** — one client holds a mutex while W tasks (over 4 clients) queue on it:
   the time to register them all (per waiter), the client memory each costs (Python heap,
@@ -8,6 +9,14 @@ Starts a throwaway etcd and ZooKeeper and measures coord's strict Mutex:
   then the drain: the time per handoff until the queue is empty;
 * **locks** — one task of one client acquires L different mutexes one after the other and
   holds them all: the time per acquire, the memory per held lock, the time per release.
+
+tooz is synchronous: a tooz waiter is an OS thread blocked in ``acquire`` (over 4
+coordinators, each with its heartbeat thread), so the waiter cases stop at
+``TOOZ_MAX_WAITERS`` threads and say so; the heap measured is the Python heap, which
+leaves out each thread's stack. Its etcd lock has no queue: a waiter is "registered" once
+it has made its first attempt (the server's Txn count shows it), and then polls. Its held
+locks on etcd each have a lease that the coordinator's heartbeat refreshes one HTTP request
+at a time; a lock whose lease ran out is counted as lost (its release finds it gone).
 
 Writes ``benchmarks/scale.md`` and prints it. Compare rows of one run.
 
@@ -21,19 +30,33 @@ import argparse
 import contextlib
 import gc
 import sys
+import threading
 import time
 import tracemalloc
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import anyio
+from kazoo.client import KazooClient
 
 import coord
 from coord._hold import GUARD_DELAY
 from coord.testing import EtcdServer, ZooKeeperServer, wait_for_waiters
+from coord.testing._metrics import parse_metric
+
+sys.path.insert(0, str(Path(__file__).parent))
+import tooz_peer
+from mutex_bench import fetch_metrics
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
 
 HERE = Path(__file__).parent
 TOP = 0  # --heap-top: print the files that hold the most heap at each sample
+#: The most tooz waiters measured: each is a thread blocked in acquire. (1,000 polling
+#: threads on etcd had not drained after 5 minutes in one run, on 2 cores.)
+TOOZ_MAX_WAITERS = 100
 
 
 class Heap:
@@ -116,30 +139,167 @@ async def locks(url: str, count: int, trace: bool) -> tuple[float, float, float]
     return acquired / count, heap.grown / count, released / count
 
 
-async def measure(store: str, url: str, ws: list[int], ls: list[int]) -> list[list[str]]:
+# -- tooz: the same cases, in worker threads (its API is synchronous) ----------------------
+
+
+class Registered:
+    """A count that grows by one per tooz waiter that has made its first attempt: on
+    ZooKeeper the lock's children (kazoo's lock queues); on etcd the server's Txn count
+    (tooz's etcd lock has no queue: an attempt is a compare-and-put that failed)."""
+
+    def __init__(self, endpoint: str, name: str) -> None:
+        self.endpoint = endpoint
+        self.zk: KazooClient | None = None
+        if endpoint.startswith("zk:"):
+            self.zk = KazooClient(hosts=endpoint[3:])
+            self.zk.start()
+            self.path = f"{tooz_peer.ZK_LOCKS}/{name}"
+
+    def __call__(self) -> int:
+        if self.zk is None:
+            text = fetch_metrics(self.endpoint)
+            return int(parse_metric(text, "grpc_server_msg_received_total", grpc_method="Txn"))
+        return len(self.zk.get_children(self.path)) if self.zk.exists(self.path) else 0
+
+    def close(self) -> None:
+        if self.zk is not None:
+            self.zk.stop()
+            self.zk.close()
+
+
+def tooz_waiters(url: str, endpoint: str, count: int, trace: bool) -> tuple[float, float, float]:
+    """(seconds per first attempt, heap bytes per waiter, seconds per handoff)."""
+    name = f"w{uuid.uuid4().hex[:8]}"
+    clients = tooz_peer.coordinators(url, 4)
+    registered = Registered(endpoint, name)
+    try:
+        holder = clients[0].get_lock(name.encode())
+        holder.acquire(blocking=True)
+
+        def waiter(lock: Any) -> None:
+            lock.acquire(blocking=True)
+            lock.release()
+
+        with Heap(trace) as heap:
+            before = registered()
+            t0 = time.perf_counter()
+            # A waiter's heap: its lock object (as coord's waiter makes its mutex), its thread.
+            locks = [clients[i % len(clients)].get_lock(name.encode()) for i in range(count)]
+            threads = [threading.Thread(target=waiter, args=(lock,)) for lock in locks]
+            for thread in threads:
+                thread.start()
+            while registered() < before + count:
+                time.sleep(0.01)
+            first = time.perf_counter() - t0
+            heap.sample()
+            t1 = time.perf_counter()
+            holder.release()
+            for thread in threads:
+                thread.join()
+            drain = time.perf_counter() - t1
+    finally:
+        registered.close()
+        tooz_peer.stop(clients)
+    return first / count, heap.grown / count, drain / count
+
+
+def tooz_locks(url: str, count: int, trace: bool) -> tuple[float, float, float, int]:
+    """(seconds per acquire, heap bytes per held lock, seconds per release, locks lost)."""
+    prefix = f"l{uuid.uuid4().hex[:8]}"
+    (client,) = tooz_peer.coordinators(url, 1)
+    try:
+        with Heap(trace) as heap:
+            t0 = time.perf_counter()
+            # Counted in the heap: a tooz lock object is where its hold's state lives
+            # (coord's mutex handles are made before, and their holds' state after).
+            held = [client.get_lock(f"{prefix}-{i}".encode()) for i in range(count)]
+            for lock in held:
+                lock.acquire(blocking=True)
+            acquired = time.perf_counter() - t0
+            heap.sample()
+            t1 = time.perf_counter()
+            lost = sum(not lock.release() for lock in held)
+            released = time.perf_counter() - t1
+    finally:
+        tooz_peer.stop([client])
+    return acquired / count, heap.grown / count, released / count, lost
+
+
+# -- one store -----------------------------------------------------------------------------
+
+
+def row(store: str, kind: str, n: int, first: str, a: float, b: float, memory: float) -> list[str]:
+    return [
+        store,
+        kind,
+        f"{n:,}",
+        f"{first} {a * 1000:.2f} ms",
+        f"{b * 1000:.2f} ms",
+        f"{memory / 1024:.1f} KB",
+    ]
+
+
+async def traced(func: Callable[[bool], Awaitable[Any]]) -> tuple[Any, Any]:
+    """func(False) (timing), then func(True) under tracemalloc (memory)."""
+    timed = await func(False)
+    tracemalloc.start()
+    try:
+        return timed, await func(True)
+    finally:
+        tracemalloc.stop()
+
+
+async def measure(
+    store: str, url: str, endpoint: str, ws: list[int], ls: list[int]
+) -> list[list[str]]:
     rows = []
     for kind, sizes, func, first, last in (
         ("waiters on one mutex", ws, waiters, "register", "handoff"),
         ("mutexes held by one client", ls, locks, "acquire", "release"),
     ):
         for n in sizes:
-            a, _, b = await func(url, n, False)
-            tracemalloc.start()
-            try:
-                _, memory, _ = await func(url, n, True)
-            finally:
-                tracemalloc.stop()
-            rows.append(
-                [
-                    store,
-                    kind,
-                    f"{n:,}",
-                    f"{first} {a * 1000:.2f} ms",
-                    f"{b * 1000:.2f} ms",
-                    f"{memory / 1024:.1f} KB",
-                ]
-            )
+
+            async def run(trace: bool, func: Any = func, n: int = n) -> Any:
+                return await func(url, n, trace)
+
+            (a, _, b), (_, memory, _) = await traced(run)
+            rows.append(row(store, kind, n, first, a, b, memory))
             print(" | ".join(rows[-1]), f"({last})", flush=True)
+
+    zk = endpoint.startswith("zk:")
+    host, port = endpoint.removeprefix("zk:").rsplit(":", 1)
+    tooz_url = tooz_peer.tooz_url(zk, host, int(port))
+    driver = "zookeeper" if zk else "etcd3gw"
+    kind = f"tooz ({driver}): waiters on one lock"
+    for n in ws:
+        if n > TOOZ_MAX_WAITERS:
+            rows.append(
+                [store, kind, f"{n:,}"]
+                + [f"not measured: {n:,} threads (a tooz waiter is a thread)"]
+                + ["-"] * 2
+            )
+            print(" | ".join(rows[-1]), flush=True)
+            continue
+
+        async def run_waiters(trace: bool, n: int = n) -> Any:
+            return await anyio.to_thread.run_sync(tooz_waiters, tooz_url, endpoint, n, trace)
+
+        (a, _, b), (_, memory, _) = await traced(run_waiters)
+        first = "first attempt" if not zk else "register"
+        rows.append(row(store, kind, n, first, a, b, memory))
+        rows[-1][-1] += " + a thread's stack"
+        print(" | ".join(rows[-1]), "(handoff)", flush=True)
+    kind = f"tooz ({driver}): locks held by one coordinator"
+    for n in ls:
+
+        async def run_locks(trace: bool, n: int = n) -> Any:
+            return await anyio.to_thread.run_sync(tooz_locks, tooz_url, n, trace)
+
+        (a, _, b, lost), (_, memory, _, lost2) = await traced(run_locks)
+        rows.append(row(store, kind, n, "acquire", a, b, memory))
+        if lost or lost2:
+            rows[-1][4] += f" ({lost:,} / {lost2:,} lost before release)"
+        print(" | ".join(rows[-1]), "(release)", flush=True)
     return rows
 
 
@@ -153,15 +313,22 @@ def main() -> None:
     TOP = args.heap_top
     rows: list[list[str]] = []
     with EtcdServer() as etcd:
-        rows += anyio.run(measure, "etcd", etcd.url + "/scale", args.waiters, args.locks)
+        rows += anyio.run(
+            measure, "etcd", etcd.url + "/scale", etcd.endpoint, args.waiters, args.locks
+        )
     with ZooKeeperServer() as zk:
-        rows += anyio.run(measure, "ZooKeeper", zk.url + "/scale", args.waiters, args.locks)
+        rows += anyio.run(
+            measure, "ZooKeeper", zk.url + "/scale", f"zk:{zk.endpoint}", args.waiters, args.locks
+        )
     header = ["store", "case", "n", "time per item", "then per item", "client heap per item"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     command = "python benchmarks/scale.py " + " ".join(sys.argv[1:])
     text = "\n".join(lines)
-    note = "(waiters: register, then handoff while draining; mutexes: acquire, then release)"
+    note = (
+        "(waiters: register, then handoff while draining; mutexes: acquire, then release;"
+        " tooz: see the script's docstring)"
+    )
     (HERE / "scale.md").write_text(f"`{command.strip()}` {note}\n\n{text}\n")
     print(text)
 

@@ -7,17 +7,27 @@ Starts a throwaway etcd and ZooKeeper and measures, in one run per store:
   holder deletes its key, the next gets the event and confirms with one read, then
   deletes its own (raw aetcd / raw kazoo);
 * **coord.Mutex** (strict FIFO), **coord cohort** (``local_handoff=k``: a client's
-  tasks hand the lock on locally; k = 16 and 64 by default) and the store's usual
-  Python lock (aetcd.Lock, kazoo.Lock) with N = 1, 8, 32, 128 contenders spread over
-  min(N, 8) clients, each looping acquire/release: acquisitions/s, p50/p99 wait,
-  max/mean wait (fairness), the server's messages per acquisition (etcd
-  ``grpc_server_msg_sent_total`` for Watch; ZooKeeper watch notifications), and this
-  process's CPU time per acquisition;
+  tasks hand the lock on locally; k = 16 and 64 by default), the store's usual
+  Python lock (aetcd.Lock, kazoo.Lock) and **tooz** (OpenStack's coordination library,
+  the lock a Python user would pick instead: its etcd3gw driver, HTTP/JSON to etcd's
+  grpc-gateway, and its zookeeper driver, kazoo's lock underneath) with N = 1, 8, 32, 128
+  contenders spread over min(N, 8) clients, each looping acquire/release:
+  acquisitions/s, p50/p99 wait, max/mean wait (fairness), the server's messages per
+  acquisition (etcd ``grpc_server_msg_sent_total`` for Watch; ZooKeeper watch
+  notifications), the requests the server received per acquisition (etcd
+  ``grpc_server_msg_received_total``, every method; ZooKeeper ``zk_packets_received``),
+  and this process's CPU time per acquisition;
 * **uncontended** acquire+release of one client against two raw round trips of the same
   client library (create + delete).
 
 Writes ``benchmarks/results.md`` (the table) and ``benchmarks/results.png`` (acquisitions
-per second against contenders, with the floor), and prints the table. Compare rows of one
+per second against contenders, with the floor), and prints the table.
+
+tooz is synchronous: its contenders are threads (as kazoo.Lock's), one tooz coordinator
+per client, started with its heartbeat thread (``start(start_heart=True)``) as its docs
+say. Its etcd lock has no queue and no wake-up: each attempt grants a new lease and tries
+a compare-and-put; a failed attempt sleeps (tenacity, exponential back-off capped at 1 s)
+and tries again, and the leases of failed attempts are left to expire. Compare rows of one
 run: this machine's absolute numbers move by up to 2x from run to run.
 
     python benchmarks/suite.py                  # about 6 minutes
@@ -30,6 +40,7 @@ import argparse
 import contextlib
 import statistics
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -45,7 +56,8 @@ from coord.testing import EtcdServer, ZooKeeperServer
 
 sys.path.insert(0, str(Path(__file__).parent))
 import anyio.lowlevel
-from mutex_bench import notifications
+import tooz_peer
+from mutex_bench import notifications, requests_received
 
 HERE = Path(__file__).parent
 
@@ -59,10 +71,11 @@ class Row:
     waits: list[float] = field(default_factory=list)
     msgs: float = 0.0
     cpu_ms: float = 0.0
+    requests: float = 0.0
 
     def cells(self) -> list[str]:
         if not self.waits:
-            return [self.store, self.lock, str(self.contenders), f"{self.rate:,.0f}"] + ["-"] * 5
+            return [self.store, self.lock, str(self.contenders), f"{self.rate:,.0f}"] + ["-"] * 6
         waits = sorted(self.waits)
         p50 = waits[len(waits) // 2] * 1000
         p99 = waits[min(len(waits) - 1, int(len(waits) * 0.99))] * 1000
@@ -77,6 +90,7 @@ class Row:
             f"{p99:.1f} ms",
             f"{fairness:.2f}",
             f"{self.msgs:.1f}",
+            f"{self.requests:.1f}",
             f"{self.cpu_ms:.2f}",
         ]
 
@@ -90,6 +104,7 @@ HEADER = [
     "p99 wait",
     "max/mean",
     "server msgs/acq",
+    "server requests/acq",
     "client CPU ms/acq",
 ]
 
@@ -142,31 +157,43 @@ async def aetcd_run(host: str, port: int, n: int, deadline: float, waits: list[f
             await client.close()
 
 
+def threads_run(locks: list[Any], deadline: float, waits: list[float]) -> None:
+    """A thread per lock object of a synchronous library, each looping acquire/release."""
+
+    def contend(lock: Any) -> None:
+        while time.perf_counter() < deadline:
+            t0 = time.perf_counter()
+            lock.acquire(blocking=True)
+            waits.append(time.perf_counter() - t0)
+            lock.release()
+
+    threads = [threading.Thread(target=contend, args=(lock,)) for lock in locks]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 def kazoo_run_sync(hosts: str, n: int, deadline: float, waits: list[float]) -> None:
     path = f"/bench/b{uuid.uuid4().hex[:8]}"
     clients = [KazooClient(hosts=hosts, timeout=10) for _ in range(min(n, 8))]
     for client in clients:
         client.start()
-    import threading
+    try:
+        threads_run([clients[i % len(clients)].Lock(path) for i in range(n)], deadline, waits)
+    finally:
+        for client in clients:
+            client.stop()
+            client.close()
 
-    def contend(client: KazooClient) -> None:
-        lock = client.Lock(path)
-        while time.perf_counter() < deadline:
-            t0 = time.perf_counter()
-            lock.acquire()
-            waits.append(time.perf_counter() - t0)
-            lock.release()
 
-    threads = [
-        threading.Thread(target=contend, args=(clients[i % len(clients)],)) for i in range(n)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    for client in clients:
-        client.stop()
-        client.close()
+def tooz_run_sync(url: str, n: int, deadline: float, waits: list[float]) -> None:
+    name = f"b{uuid.uuid4().hex[:8]}".encode()
+    clients = tooz_peer.coordinators(url, min(n, 8))
+    try:
+        threads_run([clients[i % len(clients)].get_lock(name) for i in range(n)], deadline, waits)
+    finally:
+        tooz_peer.stop(clients)
 
 
 # -- the floor: a chain of raw handoffs ------------------------------------------------------
@@ -203,8 +230,6 @@ async def etcd_floor(host: str, port: int, handoffs: int) -> float:
 
 def zk_floor_sync(hosts: str, handoffs: int) -> float:
     """Seconds per handoff: delete, watch event, one confirming read (raw kazoo)."""
-    import threading
-
     a, b = KazooClient(hosts=hosts), KazooClient(hosts=hosts)
     a.start()
     b.start()
@@ -279,6 +304,10 @@ def cohort(k: int) -> str:
     return f"coord cohort (local_handoff={k})"
 
 
+TOOZ_ETCD = "tooz (etcd3gw driver)"
+TOOZ_ZK = "tooz (zookeeper driver)"
+
+
 # -- one store -----------------------------------------------------------------------------
 
 
@@ -294,26 +323,41 @@ async def measure(
         floor = await etcd_floor(host, int(port), 200)
     rows.append(Row(store, "floor (raw handoff chain)", 0, 1 / floor))
     peer = "kazoo.Lock" if zk else "aetcd.Lock"
+    tooz_lock = TOOZ_ZK if zk else TOOZ_ETCD
     for n in ns:
         cohorts = {cohort(k): k for k in ks}
-        for lock in ("coord.Mutex", *cohorts, peer):
+        for lock in ("coord.Mutex", *cohorts, peer, tooz_lock):
             waits: list[float] = []
             before = await notifications(endpoint)
+            requests_before = await requests_received(endpoint)
             cpu0, t0 = time.process_time(), time.perf_counter()
             deadline = t0 + seconds
             if lock == "coord.Mutex":
                 await coord_run(url, n, deadline, waits)
             elif lock in cohorts:
                 await coord_run(url, n, deadline, waits, local_handoff=cohorts[lock])
+            elif lock == tooz_lock:
+                tooz_url = tooz_peer.tooz_url(zk, host, int(port))
+                await anyio.to_thread.run_sync(tooz_run_sync, tooz_url, n, deadline, waits)
             elif zk:
                 await anyio.to_thread.run_sync(kazoo_run_sync, f"{host}:{port}", n, deadline, waits)
             else:
                 await aetcd_run(host, int(port), n, deadline, waits)
             elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
             msgs = await notifications(endpoint) - before
+            requests = await requests_received(endpoint) - requests_before
             count = max(len(waits), 1)
             rows.append(
-                Row(store, lock, n, len(waits) / elapsed, waits, msgs / count, cpu / count * 1000)
+                Row(
+                    store,
+                    lock,
+                    n,
+                    len(waits) / elapsed,
+                    waits,
+                    msgs / count,
+                    cpu / count * 1000,
+                    requests / count,
+                )
             )
             print(" | ".join(rows[-1].cells()), flush=True)
     mine = await uncontended(url, 200)
@@ -350,6 +394,8 @@ def plot(rows: list[Row], path: Path) -> None:
                 if lock.startswith("coord cohort")
                 else "tab:blue"
                 if lock.startswith("coord")
+                else "tab:red"
+                if lock.startswith("tooz")
                 else "tab:orange"
             )
             style = ":" if lock.startswith("coord cohort") and lock != cohort(COHORT_K[0]) else "-"
