@@ -559,3 +559,56 @@ async def test_a_server_down_for_longer_than_the_session_timeout(
 async def _expect_expired(client: WireClient) -> None:
     with pytest.raises(kz.SessionExpiredError):
         await client.exists("/")
+
+
+async def test_a_dead_host_in_the_list_is_skipped(hosts: Hosts) -> None:
+    from coord.testing import free_port
+
+    dead = ("127.0.0.1", free_port())
+    for _ in range(3):  # the first host tried is a random one
+        with anyio.fail_after(5):
+            async with WireClient([dead, *hosts, dead], session_timeout=5) as zk:
+                assert await zk.exists("/") is not None
+
+
+async def test_auth_is_sent_again_on_every_connection(
+    zookeeper_server: ZooKeeperServer, zk: WireClient, chroot: str
+) -> None:
+    """The server keeps a client's credentials per connection: a resumed session must
+    authenticate again, or an ACL that let it in before now refuses it."""
+    acl = [make_digest_acl("alice", "secret", all=True)]
+    suspended, connected = anyio.Event(), anyio.Event()
+    async with anyio.create_task_group() as tg:
+        proxy = Proxy(zookeeper_server.port)
+        await tg.start(proxy.serve)
+        hosts = [("127.0.0.1", proxy.port)]
+        auth = [("digest", "alice:secret")]
+        async with WireClient(hosts, session_timeout=5, chroot=chroot, auth=auth) as alice:
+            alice.add_listener(_on(State.SUSPENDED, suspended))
+            await alice.create("/private", b"for alice", acl)
+            alice.add_listener(_on(State.CONNECTED, connected))
+            proxy.cut()
+            with anyio.fail_after(5):
+                await suspended.wait()
+                assert (await alice.get_data("/private"))[0] == b"for alice"
+            assert connected.is_set()
+        tg.cancel_scope.cancel()
+
+
+async def test_a_request_waiting_for_a_connection_is_bounded_by_its_caller(
+    own_server: ZooKeeperServer, own_hosts: Hosts
+) -> None:
+    suspended = anyio.Event()
+    async with WireClient(own_hosts, session_timeout=5) as zk:
+        zk.add_listener(_on(State.SUSPENDED, suspended))
+        await anyio.to_thread.run_sync(own_server.stop)
+        try:
+            with anyio.fail_after(5):
+                await suspended.wait()
+            with pytest.raises(TimeoutError), anyio.fail_after(0.3):
+                await zk.create("/never")
+            assert zk.state is State.SUSPENDED
+        finally:
+            await anyio.to_thread.run_sync(own_server.start)
+        with anyio.fail_after(10):
+            assert await zk.exists("/never") is None  # the cancelled create was not sent

@@ -1,4 +1,4 @@
-"""One TCP connection of a session: the handshake, then a reader, a writer and a pinger.
+"""One open connection of a session: a reader, a writer and a pinger.
 
 * **Writes** go through one writer task fed by an unbounded memory stream: a request
   is given its xid, queued in flight and its packet handed to the writer in one
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 from kazoo import exceptions as kz
-from kazoo.protocol.serialization import Auth, Connect, Exists, PingInstance, Watch
+from kazoo.protocol.serialization import Auth, Exists, PingInstance, Watch
 
 from ._errors import ProtocolError, error_for
 from ._framing import (
@@ -35,20 +35,17 @@ from ._framing import (
     REPLY_HEADER_SIZE,
     SET_WATCHES_XID,
     WATCH_XID,
-    FrameBuffer,
     encode,
-    encode_connect,
     encode_request,
     reply_header,
 )
 from ._pending import InFlight, Reply
 
 if TYPE_CHECKING:
-    from anyio.abc import SocketStream
-
+    from ._dial import Opened
     from ._watches import Arming, Watches
 
-__all__ = ["Connection", "Opened", "open_connection"]
+__all__ = ["Connection"]
 
 log = logging.getLogger("coord.backends.zookeeper")
 
@@ -63,35 +60,6 @@ _EXPECTED = (
     ProtocolError,
     kz.ConnectionLoss,
 )
-
-Opened = tuple["SocketStream", FrameBuffer, list[bytes], Any]
-
-
-async def open_connection(host: str, port: int, connect: Any) -> Opened:
-    """Connect to *host*, send the ConnectRequest *connect* and read the answer.
-
-    Returns the stream, its frame buffer, any frame that came after the answer, and the
-    answer (kazoo's ``Connect``). Not bounded in time: the caller bounds the attempt.
-
-    :raises OSError: the connection failed
-    :raises ProtocolError: the answer is not a ConnectResponse
-    """
-    stream = await anyio.connect_tcp(host, port)
-    try:
-        await stream.send(encode_connect(connect))
-        buffer = FrameBuffer()
-        frames: list[bytes] = []
-        while not frames:
-            frames = buffer.feed(await stream.receive())
-        try:
-            reply, _ = Connect.deserialize(frames[0], 0)
-        except _DECODING as exc:
-            raise ProtocolError("the server's answer is not a ConnectResponse") from exc
-    except BaseException:
-        with anyio.CancelScope(shield=True):
-            await stream.aclose()
-        raise
-    return stream, buffer, frames[1:], reply
 
 
 class Connection:

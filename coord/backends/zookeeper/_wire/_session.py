@@ -7,10 +7,10 @@
                        +--> LOST <----+          (expired: for good)
                        +--> CLOSED               (aclose)
 
-* The supervisor opens a connection to the next host in the list (TCP, ConnectRequest
-  with the session's id and password once it has one), and backs off, up to a second,
-  after a round of hosts that all failed. An attempt is bounded by a third of the
-  session timeout. A read-only server is a failed attempt unless ``read_only`` is set.
+* The supervisor opens a connection to a host of the list (:mod:`._dial`: a
+  ConnectRequest with the session's id and password once it has one, hosts in turn,
+  backing off up to a second). An attempt is bounded by a third of the session
+  timeout. A read-only server is a failed attempt unless ``read_only`` is set.
 * On a connection: auth packets first (their answers awaited: a refusal ends the
   session), then the session's watches re-armed with SetWatches relative to the last
   zxid seen, then CONNECTED: requests waiting for a connection go out.
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import random
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
@@ -34,8 +33,8 @@ from kazoo import exceptions as kz
 from kazoo.protocol.serialization import Connect
 from kazoo.protocol.states import KeeperState
 
-from ._connection import Connection, open_connection
-from ._errors import ProtocolError
+from ._connection import Connection
+from ._dial import Dialer
 from ._records import set_watches_batches
 
 if TYPE_CHECKING:
@@ -43,23 +42,12 @@ if TYPE_CHECKING:
 
     from anyio.abc import TaskStatus
 
-    from ._connection import Opened
+    from ._dial import Opened
     from ._watches import Watches
 
-__all__ = ["MAX_BACKOFF", "Session", "State", "StateListener"]
+__all__ = ["Session", "State", "StateListener"]
 
 log = logging.getLogger("coord.backends.zookeeper")
-
-#: The longest pause between two rounds of connection attempts (seconds).
-MAX_BACKOFF = 1.0
-_FIRST_BACKOFF = 0.05
-_ATTEMPT_FAILURES = (
-    OSError,
-    TimeoutError,
-    ProtocolError,
-    anyio.EndOfStream,
-    anyio.BrokenResourceError,
-)
 
 
 class State(enum.StrEnum):
@@ -98,9 +86,7 @@ class Session:
         read_only: bool = False,
         resume: tuple[int, bytes] | None = None,
     ) -> None:
-        if not hosts:
-            raise ValueError("no ZooKeeper host given")
-        self.hosts = list(hosts)
+        self._dialer = Dialer(hosts)
         self.watches = watches
         self.requested_timeout = session_timeout
         self.negotiated_timeout = session_timeout
@@ -114,9 +100,7 @@ class Session:
         self._changed = anyio.Event()  # set (and replaced) at every state change
         self._listeners: list[StateListener] = []
         self._ended: Callable[[], BaseException] | None = None
-        self._next_host = 0
         self._heard = anyio.current_time()
-        self._failure: BaseException | None = None  # the last failed attempt's error
         self._started: TaskStatus[None] | None = None
 
     @property
@@ -209,61 +193,25 @@ class Session:
             opened = None
             deadline = first_deadline if opening else self._heard + self.negotiated_timeout
             with anyio.CancelScope(deadline=deadline):
-                opened = await self._open_any()
+                opened = await self._dialer.dial(
+                    self._connect_request(), attempt=self._attempt_timeout(), accept=self._accept
+                )
             if opened is None and opening:
-                hosts = ",".join(f"{h}:{p}" for h, p in self.hosts)
+                failure = self._dialer.failure
                 raise kz.ConnectionLoss(
-                    f"no ZooKeeper server of {hosts} opened a session within "
-                    f"{self.connect_timeout:g}s (last failure: {self._failure!r})"
-                ) from self._failure
+                    f"no ZooKeeper server of {self._dialer} opened a session within "
+                    f"{self.connect_timeout:g}s (last failure: {failure!r})"
+                ) from failure
             if opened is None:
                 timeout = self.negotiated_timeout
                 self._lose(f"no server answered for the whole {timeout:g}s session timeout")
                 return
             await self._serve(opened)
 
-    async def _open_any(self) -> Opened:
-        """Try every host in turn, then again after a pause, until one opens the session.
-
-        :raises kazoo.exceptions.SessionExpiredError: a server says it expired
-        """
-        backoff = _FIRST_BACKOFF
-        while True:
-            for _ in self.hosts:
-                host, port = self.hosts[self._next_host]
-                self._next_host = (self._next_host + 1) % len(self.hosts)
-                opened = await self._attempt(host, port)
-                if opened is not None:
-                    return opened
-            await anyio.sleep(backoff * random.uniform(0.5, 1.0))
-            backoff = min(backoff * 2, MAX_BACKOFF)
-
-    async def _attempt(self, host: str, port: int) -> Opened | None:
-        connect = Connect(
-            0,
-            self.last_zxid,
-            int(self.requested_timeout * 1000),
-            self.session_id,
-            self.password,
-            self._read_only,
-        )
-        try:
-            with anyio.fail_after(self._attempt_timeout()):
-                opened = await open_connection(host, port, connect)
-        except _ATTEMPT_FAILURES as exc:
-            self._failure = exc
-            return None
-        try:
-            if self._accept(opened[3]):
-                return opened
-            self._failure = ProtocolError(f"{host}:{port} is read-only")
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                await opened[0].aclose()
-            raise
-        with anyio.CancelScope(shield=True):
-            await opened[0].aclose()
-        return None
+    def _connect_request(self) -> Any:
+        timeout_ms = int(self.requested_timeout * 1000)
+        zxid, session, password = self.last_zxid, self.session_id, self.password
+        return Connect(0, zxid, timeout_ms, session, password, self._read_only)
 
     def _attempt_timeout(self) -> float:
         return max(self.negotiated_timeout / 3, 0.1)
@@ -313,7 +261,7 @@ class Session:
             conn.drop(exc)
             return False
         except (TimeoutError, kz.ConnectionLoss) as exc:
-            self._failure = exc
+            self._dialer.failure = exc
             conn.drop(exc)
             return False
         for request in set_watches_batches(conn.last_zxid, *self.watches.paths()):
