@@ -612,3 +612,28 @@ async def test_a_request_waiting_for_a_connection_is_bounded_by_its_caller(
             await anyio.to_thread.run_sync(own_server.start)
         with anyio.fail_after(10):
             assert await zk.exists("/never") is None  # the cancelled create was not sent
+
+
+async def test_requests_in_flight_at_close_fail_as_closed(
+    zookeeper_server: ZooKeeperServer,
+) -> None:
+    async with anyio.create_task_group() as tg:
+        proxy = Proxy(zookeeper_server.port)
+        await tg.start(proxy.serve)
+        client = WireClient([("127.0.0.1", proxy.port)], session_timeout=5)
+        errors: list[BaseException] = []
+
+        async def request() -> None:
+            try:
+                await client.exists("/")
+            except kz.ZookeeperError as exc:
+                errors.append(exc)
+
+        async with client, anyio.create_task_group() as requests:
+            proxy.swallow_replies = True  # the CloseSession is not answered either
+            requests.start_soon(request)
+            await anyio.sleep(0.1)
+            with anyio.fail_after(5):
+                await client.aclose()
+        assert [type(e) for e in errors] == [kz.ConnectionClosedError]
+        tg.cancel_scope.cancel()

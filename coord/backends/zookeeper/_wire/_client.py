@@ -43,6 +43,7 @@ from ._watches import Arming, Kind, Watches
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from types import TracebackType
 
     from kazoo.protocol.states import ZnodeStat
 
@@ -121,16 +122,33 @@ class WireClient(AsyncResource):
         self._stack = stack
         return self
 
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        """:meth:`aclose`, then wait for the client's tasks to end."""
+        await self.aclose()
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            # (Not shielded: the tasks are cancelled already and close their socket
+            # shielded; the task group was entered outside any scope of ours.)
+            await stack.aclose()
+
     async def aclose(self) -> None:
-        """Close the session: send CloseSession (waiting up to 2 s for its answer), close
-        the socket, end the tasks. Idempotent; shielded. Every watch then fires (type
-        NONE, state CLOSED) and every request fails with ``ConnectionClosedError``.
-        Call it from the task that entered the client."""
+        """Close the session: send CloseSession (waiting up to 2 s for its answer,
+        shielded), drop the connection and cancel the client's tasks (they are gone once
+        the ``async with`` block is left). Idempotent; callable from any task. Every
+        watch then fires (type NONE, state CLOSED), and every request, waiting or in
+        flight, fails with ``ConnectionClosedError``."""
         if self._closed:
             return
         self._closed = True
+        self._session.closing = True
         conn = self._session.current
         if conn is not None:
+            conn.fail_with = _closed  # (the server drops the connection after the close)
             with anyio.CancelScope(shield=True) as scope:
                 scope.deadline = anyio.current_time() + CLOSE_TIMEOUT
                 with contextlib.suppress(kz.ZookeeperError):
@@ -138,10 +156,6 @@ class WireClient(AsyncResource):
         self._session.end(State.CLOSED, _closed, KeeperState.CLOSED)
         if self._tasks is not None:
             self._tasks.cancel_scope.cancel()
-        if self._stack is not None:
-            # (Not shielded: the task group is entered outside of any scope of ours; its
-            # tasks are cancelled and close their socket shielded.)
-            await self._stack.aclose()
 
     # -- the session ---------------------------------------------------------------------
 

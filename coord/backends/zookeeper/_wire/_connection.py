@@ -42,6 +42,8 @@ from ._framing import (
 from ._pending import InFlight, Reply
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ._dial import Opened
     from ._watches import Arming, Watches
 
@@ -80,6 +82,9 @@ class Connection:
         self._auth: deque[Reply] = deque()
         self._outbox, self._outgoing = anyio.create_memory_object_stream[bytes](math.inf)
         self._scope = anyio.CancelScope()
+        #: Makes the error of the requests in flight when the connection ends (by
+        #: default ConnectionLoss: their outcome is unknown).
+        self.fail_with: Callable[[], BaseException] = kz.ConnectionLoss
         #: False once the connection is dropping: no request is sent on it any more.
         self.open = True
         #: Why the connection ended (None while it runs).
@@ -112,7 +117,7 @@ class Connection:
         self._outbox.send_nowait(encode_request(SET_WATCHES_XID, request))
 
     def drop(self, reason: BaseException) -> None:
-        """End the connection (its requests in flight fail). Not a checkpoint."""
+        """End the connection. Not a checkpoint."""
         if self.error is None:
             self.error = reason
         self.open = False
@@ -122,7 +127,7 @@ class Connection:
 
     async def run(self) -> None:
         """Run the reader, writer and pinger until the connection ends; then fail every
-        request in flight with ConnectionLoss and close the socket."""
+        request in flight (with ``fail_with()``) and close the socket."""
         try:
             with self._scope:
                 async with anyio.create_task_group() as tg:
@@ -131,7 +136,7 @@ class Connection:
                     tg.start_soon(self._guard, self._keepalive)
         finally:
             self.open = False
-            self._in_flight.fail_all(kz.ConnectionLoss)
+            self._in_flight.fail_all(self.fail_with)
             auth, self._auth = self._auth, deque()
             for reply in auth:
                 reply.settle(error=kz.ConnectionLoss())

@@ -100,6 +100,8 @@ class Session:
         self._changed = anyio.Event()  # set (and replaced) at every state change
         self._listeners: list[StateListener] = []
         self._ended: Callable[[], BaseException] | None = None
+        #: Set by the client before it closes the session: a drop is then no news.
+        self.closing = False
         self._heard = anyio.current_time()
         self._started: TaskStatus[None] | None = None
 
@@ -156,6 +158,7 @@ class Session:
         self._ended = error
         conn, self._conn = self._conn, None
         if conn is not None:
+            conn.fail_with = error
             conn.drop(error())
             self._last_zxid = conn.last_zxid
         self._set_state(state)
@@ -188,7 +191,7 @@ class Session:
             raise self._ended()
 
     async def _keep(self, first_deadline: float) -> None:
-        while self._ended is None:
+        while self._ended is None and not self.closing:
             opening = self._started is not None
             opened = None
             deadline = first_deadline if opening else self._heard + self.negotiated_timeout
@@ -247,7 +250,7 @@ class Session:
         self._heard, self._last_zxid = conn.last_heard, conn.last_zxid
         if self._conn is conn:
             self._conn = None
-        if self._ended is None and self.state is State.CONNECTED:
+        if self._ended is None and not self.closing and self.state is State.CONNECTED:
             self._set_state(State.SUSPENDED)
 
     async def _prepare(self, conn: Connection) -> bool:
