@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from anyio.abc import SocketStream
     from kazoo.protocol.states import WatchedEvent
 
-    from coord.testing import ZooKeeperServer
+    from coord.testing import ZooKeeperEnsemble, ZooKeeperServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.zookeeper]
 
@@ -637,3 +637,45 @@ async def test_requests_in_flight_at_close_fail_as_closed(
                 await client.aclose()
         assert [type(e) for e in errors] == [kz.ConnectionClosedError]
         tg.cancel_scope.cancel()
+
+
+@pytest.fixture(scope="module")
+def ensemble() -> Iterator[ZooKeeperEnsemble]:
+    from coord.testing import ServerNotFound, ZooKeeperEnsemble
+
+    try:
+        cluster = ZooKeeperEnsemble().start()
+    except ServerNotFound as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"{exc} (CI is set: a missing server fails the run)", pytrace=False)
+        pytest.skip(f"SKIPPED LOUDLY: {exc}")
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)  # three JVMs to start (once for the module), an election
+async def test_the_session_moves_to_another_member_when_its_server_dies(
+    ensemble: ZooKeeperEnsemble,
+) -> None:
+    hosts = [("127.0.0.1", member.port) for member in ensemble.members]
+    async with WireClient(hosts, session_timeout=10) as zk:
+        with anyio.fail_after(20):  # the ensemble may still be electing
+            path, _ = await zk.create("/moving-", ephemeral=True, sequence=True)
+        session, server = zk.session_id, zk.server
+        assert server is not None
+        member = next(m for m in ensemble.members if m.port == server[1])
+        await anyio.to_thread.run_sync(lambda: member.stop(kill=True))
+        try:
+            with anyio.fail_after(15):  # a new leader if it was the leader
+                stat = await zk.exists(path)
+            assert stat is not None
+            assert zk.session_id == session
+            assert zk.server not in (None, server)
+            assert zk.state is State.CONNECTED
+        finally:
+            await anyio.to_thread.run_sync(member.start)
+            await anyio.to_thread.run_sync(ensemble.wait_for_leader)
+        await zk.delete(path)

@@ -172,6 +172,12 @@ class WireClient(AsyncResource):
         return bytes(self._session.password)
 
     @property
+    def server(self) -> tuple[str, int] | None:
+        """The ``(address, port)`` of the server the session is connected to, if it is."""
+        conn = self._session.current
+        return conn.server if conn is not None else None
+
+    @property
     def negotiated_timeout(self) -> float:
         """The session timeout the server granted (seconds)."""
         return self._session.negotiated_timeout

@@ -25,6 +25,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import anyio
+from anyio.abc import SocketAttribute
 from kazoo import exceptions as kz
 from kazoo.protocol.serialization import Auth, Exists, PingInstance, Watch
 
@@ -73,6 +74,9 @@ class Connection:
 
     def __init__(self, opened: Opened, *, watches: Watches, timeout: float, last_zxid: int) -> None:
         self._stream, self._buffer, self._early, _ = opened
+        address = self._stream.extra(SocketAttribute.remote_address)
+        #: The server's ``(address, port)``.
+        self.server = (address[0], address[1]) if isinstance(address, tuple) else (address, 0)
         self._watches = watches
         self._timeout = timeout
         self.last_zxid = last_zxid
