@@ -43,7 +43,7 @@ from ._framing import (
 from ._pending import InFlight, Reply
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
 
     from ._dial import Opened
     from ._watches import Arming, Watches
@@ -149,7 +149,7 @@ class Connection:
             with anyio.CancelScope(shield=True):
                 await self._stream.aclose()
 
-    async def _guard(self, task: Any) -> None:
+    async def _guard(self, task: Callable[[], Awaitable[None]]) -> None:
         try:
             await task()
         except Exception as exc:  # any failure of a task ends the connection, not the client
