@@ -1,0 +1,123 @@
+"""Opening a connection: TCP and the ConnectRequest, across the host list.
+
+The hosts are tried in turn, starting at a random one (so that the clients of a fleet
+spread over the ensemble), each attempt bounded in time; after a round in which every
+host failed, a pause that doubles from 50 ms up to :data:`MAX_BACKOFF`. Whoever dials
+bounds the whole: the first session by its connect timeout, a resume by the session's
+deadline.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from kazoo.protocol.serialization import Connect
+
+from ._errors import ProtocolError
+from ._framing import FrameBuffer, encode_connect
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from anyio.abc import SocketStream
+
+__all__ = ["MAX_BACKOFF", "Dialer", "Opened", "open_connection"]
+
+#: The longest pause between two rounds of connection attempts (seconds).
+MAX_BACKOFF = 1.0
+_FIRST_BACKOFF = 0.05
+_FAILURES = (OSError, TimeoutError, ProtocolError, anyio.EndOfStream, anyio.BrokenResourceError)
+_DECODING = (struct.error, ValueError, IndexError, UnicodeDecodeError, TypeError)
+
+#: An open connection: the stream, its frame buffer, any frame read after the
+#: ConnectResponse, and the ConnectResponse (kazoo's ``Connect``).
+Opened = tuple["SocketStream", FrameBuffer, list[bytes], Any]
+
+
+async def open_connection(host: str, port: int, connect: Any) -> Opened:
+    """Connect to *host*, send the ConnectRequest *connect* and read the answer.
+
+    Not bounded in time: the caller bounds the attempt.
+
+    :raises OSError: the connection failed
+    :raises ProtocolError: the answer is not a ConnectResponse
+    """
+    stream = await anyio.connect_tcp(host, port)
+    try:
+        await stream.send(encode_connect(connect))
+        buffer = FrameBuffer()
+        frames: list[bytes] = []
+        while not frames:
+            frames = buffer.feed(await stream.receive())
+        try:
+            reply, _ = Connect.deserialize(frames[0], 0)
+        except _DECODING as exc:
+            raise ProtocolError("the server's answer is not a ConnectResponse") from exc
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await stream.aclose()
+        raise
+    return stream, buffer, frames[1:], reply
+
+
+class Dialer:
+    """Connection attempts across a host list.
+
+    :ivar failure: why the last attempt failed (for the error of a session that could
+        not be opened)
+    """
+
+    def __init__(self, hosts: Sequence[tuple[str, int]]) -> None:
+        if not hosts:
+            raise ValueError("no ZooKeeper host given")
+        self.hosts = list(hosts)
+        self._next = random.randrange(len(self.hosts))
+        self.failure: BaseException | None = None
+
+    def __str__(self) -> str:
+        return ",".join(f"{host}:{port}" for host, port in self.hosts)
+
+    async def dial(self, connect: Any, *, attempt: float, accept: Callable[[Any], bool]) -> Opened:
+        """Send *connect* to one host after another until *accept* takes an answer.
+
+        :param attempt: the time bound of one attempt (seconds)
+        :param accept: judges a ConnectResponse: False to try the next host (the
+            connection is closed); it may raise, which ends the dialing
+        """
+        backoff = _FIRST_BACKOFF
+        while True:
+            for _ in self.hosts:
+                host, port = self.hosts[self._next]
+                self._next = (self._next + 1) % len(self.hosts)
+                opened = await self._attempt(host, port, connect, attempt)
+                if opened is not None and await _judged(opened, accept):
+                    return opened
+                if opened is not None:
+                    self.failure = ProtocolError(f"{host}:{port} refused (read-only)")
+            await anyio.sleep(backoff * random.uniform(0.5, 1.0))
+            backoff = min(backoff * 2, MAX_BACKOFF)
+
+    async def _attempt(self, host: str, port: int, connect: Any, attempt: float) -> Opened | None:
+        try:
+            with anyio.fail_after(attempt):
+                return await open_connection(host, port, connect)
+        except _FAILURES as exc:
+            self.failure = exc
+            return None
+
+
+async def _judged(opened: Opened, accept: Callable[[Any], bool]) -> bool:
+    """``accept(answer)``; the connection is closed unless it is accepted."""
+    try:
+        if accept(opened[3]):
+            return True
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await opened[0].aclose()
+        raise
+    with anyio.CancelScope(shield=True):
+        await opened[0].aclose()
+    return False

@@ -1,0 +1,101 @@
+"""The requests in flight on one connection, in the order they were sent.
+
+ZooKeeper answers a connection's requests in order: the next reply is for the oldest
+request in flight, and its xid must say so; anything else is a :class:`ProtocolError`.
+A caller waits on its :class:`Reply`; the reader settles it. A caller that stops waiting
+(cancelled) leaves its entry in place: the reply still arrives, in its turn, and is
+dropped, so the replies after it still match.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import anyio
+
+from ._errors import ProtocolError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ._watches import Arming
+
+__all__ = ["InFlight", "Reply", "Sent"]
+
+_MAX_XID = 2**31 - 1
+
+
+class Reply:
+    """The outcome of one request, settled once by the connection's reader."""
+
+    __slots__ = ("_error", "_event", "_value")
+
+    def __init__(self) -> None:
+        self._event = anyio.Event()
+        self._value: Any = None
+        self._error: BaseException | None = None
+
+    def settle(self, value: Any = None, error: BaseException | None = None) -> None:
+        """Record the outcome (later calls are ignored). Not a checkpoint."""
+        if not self._event.is_set():
+            self._value, self._error = value, error
+            self._event.set()
+
+    @property
+    def settled(self) -> bool:
+        return self._event.is_set()
+
+    async def wait(self) -> Any:
+        """The value, or raise the error. A checkpoint; cancelling it abandons the wait,
+        not the request (the server may still apply it)."""
+        await self._event.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+class Sent(NamedTuple):
+    """A request in flight: its xid, its record, its watch (if any), its reply."""
+
+    xid: int
+    request: Any
+    arming: Arming | None
+    reply: Reply
+
+
+class InFlight:
+    """The xids of one connection and the requests awaiting their answer."""
+
+    __slots__ = ("_queue", "_xid")
+
+    def __init__(self) -> None:
+        self._xid = 0
+        self._queue: deque[Sent] = deque()
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def add(self, request: Any, arming: Arming | None = None) -> Sent:
+        """Give *request* the next xid and queue it (before its packet is written)."""
+        self._xid = self._xid % _MAX_XID + 1
+        sent = Sent(self._xid, request, arming, Reply())
+        self._queue.append(sent)
+        return sent
+
+    def pop(self, xid: int) -> Sent:
+        """The oldest request in flight, which the reply of *xid* must answer.
+
+        :raises ProtocolError: if nothing is in flight or the oldest has another xid
+        """
+        if not self._queue:
+            raise ProtocolError(f"a reply (xid {xid}) to no request")
+        if self._queue[0].xid != xid:
+            raise ProtocolError(f"a reply out of order: xid {xid}, {self._queue[0].xid} expected")
+        return self._queue.popleft()
+
+    def fail_all(self, error: Callable[[], BaseException]) -> None:
+        """Settle every request in flight with a new ``error()`` (the connection is gone)."""
+        queue, self._queue = self._queue, deque()
+        for sent in queue:
+            sent.reply.settle(error=error())

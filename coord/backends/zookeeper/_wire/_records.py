@@ -1,0 +1,144 @@
+"""The request records kazoo's codec lacks, or that we decode ourselves.
+
+kazoo's ``kazoo.protocol.serialization`` encodes and decodes most requests; these are the
+rest, in the same shape (``type`` is the opcode, ``serialize()`` the body,
+``deserialize(frame, offset)`` the answer):
+
+* :class:`CreateContainer` (opcode 19): a create2 whose node the server removes once
+  its last child is gone;
+* :class:`SetWatches` (opcode 101, sent with xid -8): re-arms a resumed session's watches
+  on a new connection, relative to the last zxid the client saw;
+* :class:`Multi` (opcode 14): kazoo's ``Transaction`` decodes create2-shaped results
+  (those of container creates) wrongly, and mixes failed operations into the results.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from kazoo.protocol.serialization import Create2, read_string, stat_struct, write_string
+from kazoo.protocol.states import ZnodeStat
+
+from ._errors import error_for
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+
+__all__ = [
+    "CONTAINER",
+    "EPHEMERAL",
+    "SEQUENCE",
+    "CreateContainer",
+    "Multi",
+    "SetWatches",
+    "set_watches_batches",
+]
+
+#: Create flags (ZooKeeper's CreateMode).
+EPHEMERAL = 1
+SEQUENCE = 2
+CONTAINER = 4
+
+_INT = struct.Struct("!i")
+_LONG = struct.Struct("!q")
+_MULTI_HEADER = struct.Struct("!iBi")  # opcode, done, err
+
+#: The most path bytes one SetWatches carries (ZooKeeper's Java client uses the same
+#: bound: a session with many watches would otherwise send a frame the server refuses).
+SET_WATCHES_MAX_BYTES = 128 * 1024
+
+
+class CreateContainer(Create2):  # type: ignore[misc]
+    """createContainer: ``(path, data, acl, flags)``; answered like create2."""
+
+    type = 19
+
+
+@dataclass(frozen=True, slots=True)
+class SetWatches:
+    """setWatches: the paths of the watches to re-arm, by kind."""
+
+    relative_zxid: int
+    data: Sequence[str]
+    exist: Sequence[str]
+    child: Sequence[str]
+
+    type: ClassVar[int] = 101
+
+    def serialize(self) -> bytes:
+        parts = [_LONG.pack(self.relative_zxid)]
+        for paths in (self.data, self.exist, self.child):
+            parts.append(_INT.pack(len(paths)))
+            parts.extend(write_string(path) for path in paths)
+        return b"".join(parts)
+
+
+def set_watches_batches(
+    zxid: int, data: Sequence[str], exist: Sequence[str], child: Sequence[str]
+) -> Iterator[SetWatches]:
+    """The SetWatches requests that re-arm these watches, each under the size bound."""
+    batch: tuple[list[str], list[str], list[str]] = ([], [], [])
+    size = 0
+    for kind, paths in enumerate((data, exist, child)):
+        for path in paths:
+            cost = len(path.encode()) + 4
+            if size + cost > SET_WATCHES_MAX_BYTES and size:
+                yield SetWatches(zxid, *batch)
+                batch, size = ([], [], []), 0
+            batch[kind].append(path)
+            size += cost
+    if size:
+        yield SetWatches(zxid, *batch)
+
+
+@dataclass(frozen=True, slots=True)
+class Multi:
+    """multi: several operations (kazoo records: Create, CreateContainer, Delete,
+    SetData, CheckVersion) applied all or none."""
+
+    ops: Sequence[Any]
+
+    type: ClassVar[int] = 14
+
+    def serialize(self) -> bytes:
+        parts = []
+        for op in self.ops:
+            parts.append(_MULTI_HEADER.pack(op.type, 0, -1))
+            parts.append(bytes(op.serialize()))
+        parts.append(_MULTI_HEADER.pack(-1, 1, -1))
+        return b"".join(parts)
+
+    @classmethod
+    def deserialize(cls, frame: bytes, offset: int) -> list[Any]:
+        """One result per operation: a path (create), a ``(path, stat)`` (create2,
+        container), True (delete, check), a stat (set data), or an exception instance
+        (kazoo's, for that operation's error code)."""
+        results: list[Any] = []
+        while True:
+            opcode, done, _ = _MULTI_HEADER.unpack_from(frame, offset)
+            offset += _MULTI_HEADER.size
+            if done:
+                return results
+            result, offset = _multi_result(opcode, frame, offset)
+            results.append(result)
+
+
+def _multi_result(opcode: int, frame: bytes, offset: int) -> tuple[Any, int]:
+    if opcode == 1:  # create
+        path, offset = read_string(frame, offset)
+        return path, offset
+    if opcode in (15, 19, 21):  # create2, createContainer, createTTL
+        path, offset = read_string(frame, offset)
+        stat = ZnodeStat._make(stat_struct.unpack_from(frame, offset))
+        return (path, stat), offset + stat_struct.size
+    if opcode in (2, 13):  # delete, check
+        return True, offset
+    if opcode == 5:  # setData
+        stat = ZnodeStat._make(stat_struct.unpack_from(frame, offset))
+        return stat, offset + stat_struct.size
+    if opcode == -1:  # error
+        (code,) = _INT.unpack_from(frame, offset)
+        return error_for(code), offset + _INT.size
+    raise ValueError(f"multi: an answer of opcode {opcode}")

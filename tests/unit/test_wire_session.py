@@ -1,0 +1,231 @@
+"""The wire client's session against a scripted server on loopback (no ZooKeeper): what a
+real server rarely does on demand — a read-only answer, a reply out of order, silence,
+an "expired" answer to a resume, a refused auth packet."""
+
+from __future__ import annotations
+
+import struct
+from typing import TYPE_CHECKING, TypeAlias
+
+import anyio
+import pytest
+from anyio.abc import SocketAttribute
+from kazoo import exceptions as kz
+from kazoo.protocol.serialization import GetData, stat_struct
+from kazoo.protocol.states import EventType
+
+from coord.backends.zookeeper._wire import State, Watcher, WireClient
+from coord.backends.zookeeper._wire._framing import FrameBuffer
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable
+
+    from anyio.abc import SocketStream, TaskStatus
+
+PASSWORD = bytes(range(16))
+STAT = stat_struct.pack(5, 5, 0, 0, 0, 0, 0, 0, 4, 0, 5)
+
+
+class Peer:
+    """One client connection, seen from the scripted server."""
+
+    def __init__(self, stream: SocketStream) -> None:
+        self.stream = stream
+        self._buffer = FrameBuffer()
+        self._frames: list[bytes] = []
+
+    async def frame(self) -> bytes:
+        while not self._frames:
+            self._frames.extend(self._buffer.feed(await self.stream.receive()))
+        return self._frames.pop(0)
+
+    async def connect(
+        self, *, session_id: int = 0x1234, timeout_ms: int = 3000, read_only: bool = False
+    ) -> tuple[int, int]:
+        """Read the ConnectRequest and answer it; return its (session id, last zxid)."""
+        request = await self.frame()
+        _, last_zxid, _, asked_session = struct.unpack_from("!iqiq", request)
+        body = struct.pack("!iiqi", 0, timeout_ms, session_id, 16) + PASSWORD
+        body += bytes([read_only])
+        await self.stream.send(struct.pack("!i", len(body)) + body)
+        return asked_session, last_zxid
+
+    async def request(self) -> tuple[int, int, bytes]:
+        """The next request other than a ping: (xid, opcode, body)."""
+        while True:
+            packet = await self.frame()
+            xid, opcode = struct.unpack_from("!ii", packet)
+            if xid != -2:
+                return xid, opcode, packet[8:]
+
+    async def reply(self, xid: int, body: bytes = b"", *, err: int = 0, zxid: int = 9) -> None:
+        payload = struct.pack("!iqi", xid, zxid, err) + body
+        await self.stream.send(struct.pack("!i", len(payload)) + payload)
+
+    async def serve_requests(self) -> None:
+        """Answer pings and GetData requests ("data" and a stat) until the end."""
+        while True:
+            packet = await self.frame()
+            xid, opcode = struct.unpack_from("!ii", packet)
+            if xid == -2:
+                await self.reply(-2)
+            elif opcode == GetData.type:
+                await self.reply(xid, struct.pack("!i", 4) + b"data" + STAT)
+            else:
+                await self.reply(xid)
+
+
+Step: TypeAlias = "Callable[[Peer], Awaitable[None]]"
+Script: TypeAlias = list[Step]
+
+
+class ScriptedServer:
+    """Answers its n-th connection with ``script[n]`` (the last one from then on)."""
+
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self.port = 0
+        self.connections = 0
+
+    async def serve(self, *, task_status: TaskStatus[None]) -> None:
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+        async with listener:
+            self.port = listener.extra(SocketAttribute.local_port)
+            task_status.started()
+            await listener.serve(self._handle)
+
+    async def _handle(self, stream: SocketStream) -> None:
+        step = self.script[min(self.connections, len(self.script) - 1)]
+        self.connections += 1
+        async with stream:
+            try:
+                await step(Peer(stream))
+            except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+                pass
+
+
+@pytest.fixture
+async def tasks() -> AsyncIterator[anyio.abc.TaskGroup]:
+    async with anyio.create_task_group() as tg:
+        yield tg
+        tg.cancel_scope.cancel()
+
+
+async def start(
+    tasks: anyio.abc.TaskGroup, *script: Callable[[Peer], Awaitable[None]]
+) -> ScriptedServer:
+    server = ScriptedServer(list(script))
+    await tasks.start(server.serve)
+    return server
+
+
+async def serve(peer: Peer) -> None:
+    await peer.connect()
+    await peer.serve_requests()
+
+
+async def test_a_read_only_server_is_refused(tasks: anyio.abc.TaskGroup) -> None:
+    async def read_only(peer: Peer) -> None:
+        await peer.connect(read_only=True)
+        await peer.frame()  # until the client hangs up
+
+    server = await start(tasks, read_only)
+    hosts = [("127.0.0.1", server.port)]
+    with anyio.fail_after(5), pytest.raises(kz.ConnectionLoss, match="read-only"):
+        async with WireClient(hosts, connect_timeout=0.5):
+            pass
+    assert server.connections >= 2  # tried again, with the same answer
+    async with WireClient(hosts, read_only=True) as zk:  # unless read-only will do
+        assert zk.state is State.CONNECTED
+
+
+async def test_a_reply_out_of_order_drops_the_connection(tasks: anyio.abc.TaskGroup) -> None:
+    resumed: list[tuple[int, int]] = []
+
+    async def out_of_order(peer: Peer) -> None:
+        await peer.connect()
+        xid, _, _ = await peer.request()
+        await peer.reply(xid, struct.pack("!i", 1) + b"x" + STAT, zxid=77)
+        xid, _, _ = await peer.request()
+        await peer.reply(xid + 1)
+        await peer.frame()
+
+    async def resume(peer: Peer) -> None:
+        resumed.append(await peer.connect())
+        await peer.serve_requests()
+
+    server = await start(tasks, out_of_order, resume)
+    states: list[State] = []
+    async with WireClient([("127.0.0.1", server.port)]) as zk:
+        zk.add_listener(states.append)
+        assert (await zk.get_data("/a"))[0] == b"x"
+        with pytest.raises(kz.ConnectionLoss):
+            await zk.get_data("/b")
+        with anyio.fail_after(5):
+            assert (await zk.get_data("/c"))[0] == b"data"
+        assert resumed == [(0x1234, 77)]  # the same session, from the last zxid seen
+        assert zk.password == PASSWORD
+    assert states == [State.SUSPENDED, State.CONNECTED, State.CLOSED]
+
+
+async def test_silence_drops_the_connection_and_an_expired_answer_ends_the_session(
+    tasks: anyio.abc.TaskGroup,
+) -> None:
+    pings: list[float] = []
+
+    async def silent(peer: Peer) -> None:
+        await peer.connect(timeout_ms=600)
+        xid, _, _ = await peer.request()  # the exists that arms a watch
+        await peer.reply(xid, STAT)
+        while True:  # then not a word
+            await peer.frame()
+            pings.append(anyio.current_time())
+
+    async def expired(peer: Peer) -> None:
+        await peer.connect(session_id=0, timeout_ms=0)
+        await peer.frame()
+
+    server = await start(tasks, silent, expired)
+    states: list[State] = []
+    async with WireClient([("127.0.0.1", server.port)], session_timeout=0.6) as zk:
+        zk.add_listener(states.append)
+        watcher = Watcher()
+        assert await zk.exists("/w", watch=watcher) is not None
+        answered = anyio.current_time()
+        with anyio.fail_after(5):
+            event = await watcher.wait()
+        assert (event.type, event.path) == (EventType.NONE, "/w")
+        assert pings  # a ping every 0.2 s, none answered: dropped after 0.4 s
+        with pytest.raises(kz.SessionExpiredError):
+            await zk.exists("/")
+        assert anyio.current_time() - answered > 0.3
+    assert states == [State.SUSPENDED, State.LOST]
+
+
+async def test_pings_keep_a_quiet_session(tasks: anyio.abc.TaskGroup) -> None:
+    async def answering(peer: Peer) -> None:
+        await peer.connect(timeout_ms=600)
+        await peer.serve_requests()
+
+    server = await start(tasks, answering)
+    async with WireClient([("127.0.0.1", server.port)], session_timeout=0.6) as zk:
+        await anyio.sleep(1.5)  # over twice the session timeout, with nothing to send
+        assert zk.state is State.CONNECTED
+        assert (await zk.get_data("/a"))[0] == b"data"
+    assert server.connections == 1
+
+
+async def test_refused_credentials_end_the_session(tasks: anyio.abc.TaskGroup) -> None:
+    async def refusing(peer: Peer) -> None:
+        await peer.connect()
+        xid, opcode, _ = await peer.request()
+        assert (xid, opcode) == (-4, 100)
+        await peer.reply(-4, err=kz.AuthFailedError.code)
+        await peer.frame()
+
+    server = await start(tasks, refusing)
+    hosts = [("127.0.0.1", server.port)]
+    with anyio.fail_after(5), pytest.raises(kz.AuthFailedError):
+        async with WireClient(hosts, auth=[("digest", "a:b")]):
+            pass
+    assert server.connections == 1  # not retried: the same credentials would fail again
