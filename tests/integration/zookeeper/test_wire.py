@@ -343,7 +343,8 @@ async def test_the_client_starts_no_thread(hosts: Hosts, chroot: str) -> None:
         await zk.set_data(chroot, b"x")
         with anyio.fail_after(5):
             await watcher.wait()
-    assert set(threading.enumerate()) == before
+    # No thread appeared (an idle one of trio's cache, left by an earlier test, may end).
+    assert set(threading.enumerate()) - before == set()
 
 
 async def test_digest_auth_and_acl(hosts: Hosts, zk: WireClient, chroot: str) -> None:
