@@ -79,6 +79,23 @@ def _grpc_messages_received(endpoint: str) -> int:
     return int(parse_metric(fetch_metrics(endpoint), "grpc_server_msg_received_total"))
 
 
+def _etcd_watchers(endpoint: str) -> int:
+    return int(parse_metric(fetch_metrics(endpoint), "etcd_debugging_mvcc_watcher_total"))
+
+
+def _zk_watches(host: str, port: int) -> int:
+    return sum(c.get("zk_watch_count", 0) for c in server_counters([(host, port)]))
+
+
+async def server_watches(endpoint: str) -> int:
+    """The watches the server holds now, of every client (etcd: its watcher gauge;
+    ZooKeeper: ``zk_watch_count``, one per watched path and session)."""
+    if endpoint.startswith("zk:"):
+        host, port = endpoint[3:].rsplit(":", 1)
+        return await anyio.to_thread.run_sync(_zk_watches, host, int(port))
+    return await anyio.to_thread.run_sync(_etcd_watchers, endpoint)
+
+
 async def requests_received(endpoint: str) -> int:
     """Every request the server has received so far, of every client (etcd: gRPC messages
     received, gateway requests and lease keep-alives included; ZooKeeper: packets received,

@@ -48,7 +48,7 @@ from ._kv import (
     range_end,
 )
 from ._lease import grant
-from ._watch import Watch, WatchCompacted, WatchStream
+from ._watch import WatchCompacted, WatchStream
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
@@ -278,26 +278,23 @@ class EtcdBackend(Backend):
         return Position(entry, tuple(self._entry(kv) for kv in kvs), reply.header.revision)
 
     async def wait_deleted(self, keys: Sequence[str], *, revision: int) -> None:
-        watches = []
+        # One deletes-only guard per key, from the revision after the read, and one event:
+        # no task, no buffer per key.
+        woken = anyio.Event()
+        guards = [
+            self._watches.guard(self._key(key), start_revision=revision + 1, on_change=woken.set)
+            for key in keys
+        ]
         try:
-            for key in keys:  # one by one: those opened are closed even if one fails
-                watches.append(  # noqa: PERF401
-                    await self._watches.open(
-                        self._key(key), start_revision=revision + 1, no_put=True
-                    )
-                )
-            async with anyio.create_task_group() as tg:
-                for watch in watches:
-                    tg.start_soon(_first_delivery, watch, tg.cancel_scope)
-            for watch in watches:
-                # A compacted start revision only means "re-read"; any other end of a
-                # watch is an error, or the caller's loop would spin on it.
-                if watch.error is not None and not isinstance(watch.error, WatchCompacted):
-                    raise watch.error
+            await woken.wait()
         finally:
-            with anyio.CancelScope(shield=True):
-                for watch in watches:
-                    await watch.aclose()
+            for guard in guards:
+                guard.stop()
+        for guard in guards:
+            # A compacted start revision only means "re-read"; any other end of a watch
+            # is an error, or the caller's loop would spin on it.
+            if guard.error is not None and not isinstance(guard.error, WatchCompacted):
+                raise guard.error
 
     def guard(
         self, key: str, *, revision: int, on_change: Callable[[], None]
@@ -494,8 +491,3 @@ def _decoded(keys: Iterable[bytes]) -> Iterator[str]:
     for key in keys:
         with suppress(UnicodeDecodeError):
             yield key.decode()
-
-
-async def _first_delivery(watch: Watch, scope: anyio.CancelScope) -> None:
-    await watch.notify.wait()
-    scope.cancel()

@@ -144,19 +144,23 @@ class Guard(_Watcher):
     """A watch for the deletion of one key that calls *on_change* once: at the deletion,
     or when the watch ends otherwise (compaction, an error): the caller re-reads."""
 
-    __slots__ = ("_on_change",)
+    __slots__ = ("_on_change", "error")
 
     def __init__(
         self, stream: WatchStream, key: bytes, start: int, on_change: Callable[[], None]
     ) -> None:
         super().__init__(stream, key, b"", start, no_put=True)
         self._on_change = on_change
+        #: Why the server ended the watch, if it did.
+        self.error: BackendError | None = None
 
     def deliver(self, events: Any) -> None:
         if events:  # deletes only (NOPUT): the key is gone
             self._fire()
 
     def fail(self, error: BackendError) -> None:
+        if not self.closed:
+            self.error = error
         self._fire()
 
     def _fire(self) -> None:
