@@ -278,15 +278,21 @@ class EtcdBackend(Backend):
         return Position(entry, tuple(self._entry(kv) for kv in kvs), reply.header.revision)
 
     async def wait_deleted(self, keys: Sequence[str], *, revision: int) -> None:
-        # One deletes-only guard per key, from the revision after the read, and one event:
-        # no task, no buffer per key.
-        woken = anyio.Event()
+        # One deletes-only guard per key, from the revision after the read, and one
+        # future (this backend is asyncio's: a future is a tenth of an anyio.Event, and a
+        # waiter's memory is mostly what it waits with): no task, no buffer per key.
+        woken = asyncio.get_running_loop().create_future()
+
+        def wake() -> None:
+            if not woken.done():
+                woken.set_result(None)
+
         guards = [
-            self._watches.guard(self._key(key), start_revision=revision + 1, on_change=woken.set)
+            self._watches.guard(self._key(key), start_revision=revision + 1, on_change=wake)
             for key in keys
         ]
         try:
-            await woken.wait()
+            await woken
         finally:
             for guard in guards:
                 guard.stop()
