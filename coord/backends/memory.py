@@ -275,15 +275,17 @@ class MemoryBackend(Backend):
     ) -> Callable[[], None]:
         check_key(key, "memory store")
         assert self._tg is not None, "the backend is not open"
-        current = self.store._kv.get(key)
-        if current is None or current.revision > revision:
-            self._tg.start_soon(_call, on_change)  # gone already: say so soon, not now
-            return lambda: None
         armed = [on_change]
 
         def fire() -> None:
             if armed:
                 armed.pop()()
+
+        current = self.store._kv.get(key)
+        if current is None or current.revision > revision:
+            # Gone already: say so soon, not now, unless stopped before then.
+            self._tg.start_soon(_call, fire)
+            return armed.clear
 
         def stop() -> None:
             armed.clear()

@@ -188,7 +188,9 @@ class WatchStream:
         self._queue: deque[_Watcher] = deque()  # to create
         self._cancels: deque[int] = deque()  # watch ids to cancel on the server
         self._ids = itertools.count(1)
-        self._outstanding = 0  # creations sent and not yet answered
+        # Ids of the creations sent and not yet answered, oldest first: etcd answers them
+        # in order, and a refusal carries id -1 (InvalidWatchID), not ours.
+        self._sent: deque[int] = deque()
         self._call: Any = None
         self._tg: TaskGroup | None = None  # the current stream's: its pump runs there
         self._pumping = False
@@ -242,13 +244,13 @@ class WatchStream:
             return rpc.WatchRequest(
                 cancel_request=rpc.WatchCancelRequest(watch_id=self._cancels.popleft())
             )
-        while self._queue and self._outstanding < _PIPELINE:
+        while self._queue and len(self._sent) < _PIPELINE:
             watch = self._queue.popleft()
             if watch.closed:
                 continue
             watch.id = next(self._ids)
             self._by_id[watch.id] = watch
-            self._outstanding += 1
+            self._sent.append(watch.id)
             return watch.create_request(watch.id)
         return None
 
@@ -333,23 +335,26 @@ class WatchStream:
         self._call, self._tg = call, tg
         self._by_id.clear()
         self._cancels.clear()  # the old stream's watches died with it
-        self._outstanding = 0
+        self._sent.clear()
         for watch in self._active:
             watch.id = None
         self._queue = deque(self._active)
 
     def _handle(self, response: Any) -> None:
-        watch = self._by_id.get(response.watch_id)
         if response.created:
-            self._outstanding = max(self._outstanding - 1, 0)
+            # The answer to the oldest creation sent (by its id: a refusal says -1).
+            watch_id = self._sent.popleft() if self._sent else response.watch_id
+            watch = self._by_id.get(watch_id)
             if watch is not None and response.canceled:
-                self._cancelled(watch, response)
+                self._cancelled(watch, watch_id, response)
             elif watch is not None:
                 self._answered = True
             self._kick()  # room in the pipeline
-        elif response.canceled:
+            return
+        watch = self._by_id.get(response.watch_id)
+        if response.canceled:
             if watch is not None:
-                self._cancelled(watch, response)
+                self._cancelled(watch, response.watch_id, response)
         else:
             self._answered = True
             self.responses += 1
@@ -357,8 +362,8 @@ class WatchStream:
             if watch is not None:
                 watch.deliver(response.events)
 
-    def _cancelled(self, watch: _Watcher, response: Any) -> None:
-        self._by_id.pop(response.watch_id, None)
+    def _cancelled(self, watch: _Watcher, watch_id: int, response: Any) -> None:
+        self._by_id.pop(watch_id, None)
         self._active.pop(watch, None)
         if response.compact_revision:
             watch.fail(WatchCompacted(f"watch compacted at {response.compact_revision}"))

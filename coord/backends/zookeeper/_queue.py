@@ -314,8 +314,11 @@ class Queues:
 
         def fire() -> None:  # on the loop, maybe outside any task: call back from one
             stop()
+            self._watches.call_in_task(call)
+
+        def call() -> None:  # a stop() between fire() and this call wins
             if armed:
-                self._watches.call_in_task(armed.pop())
+                armed.pop()()
 
         def stop() -> None:
             self._watches.discard("data", path, fire)
