@@ -39,7 +39,7 @@ class Start:
         self.due: float = due
         self.order: int = order
         self.func: Callable[[], Any] | None = func
-        self.call = call  # call func() on the runner; else start it as a task
+        self.call: bool = call  # call func() on the runner; else start it as a task
 
     def __lt__(self, other: Start) -> bool:
         return (self.due, self.order) < (other.due, other.order)

@@ -209,9 +209,11 @@ class WatchStream:
     ) -> Watch:
         """Start a watch. Its events arrive by iterating it; close it with ``aclose``.
         A checkpoint (the creation is sent by the stream's pump, soon after)."""
+        # The checkpoint first: a caller cancelled here gets no watch, so none is left
+        # behind unclosed (its memory streams would warn when collected).
+        await anyio.lowlevel.checkpoint()
         watch = Watch(self, key, range_end, start_revision, no_put)
         self._add(watch)
-        await anyio.lowlevel.checkpoint()
         return watch
 
     def guard(self, key: bytes, *, start_revision: int, on_change: Callable[[], None]) -> Guard:
