@@ -3,7 +3,6 @@ leases, plain keys, trio, and what it leaves behind."""
 
 from __future__ import annotations
 
-import threading
 import uuid
 from typing import TYPE_CHECKING
 
@@ -204,16 +203,3 @@ async def test_runs_on_trio(zookeeper_url: str) -> None:
             async with a.mutex("trio") as hold:
                 await drop_key(b, hold.key)
                 await anyio.sleep_forever()
-
-
-async def test_closing_leaves_no_thread_behind(zookeeper_url: str) -> None:
-    def ours() -> list[str]:
-        names = [t.name for t in threading.enumerate()]
-        return [
-            n for n in names if "coord-zookeeper" in n or "zk_loop" in n or "_thread_worker" in n
-        ]
-
-    assert ours() == []
-    async with coord.connect(zookeeper_url, ttl=5) as client, client.mutex("threads"):
-        assert ours()
-    assert ours() == []

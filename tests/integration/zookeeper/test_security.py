@@ -90,12 +90,13 @@ async def test_the_password_is_never_logged(
     zookeeper_server: ZooKeeperServer, zookeeper_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Found by review: kazoo's DEBUG line per request sent showed the Auth packet, with
-    the digest password in clear."""
+    the digest password in clear. The wire client logs no request; nothing at DEBUG
+    shows the password either."""
     chroot = zookeeper_url.rsplit("/", 1)[1]
     caplog.set_level(logging.DEBUG)
     url = f"zk://alice:s3cret-pw@{zookeeper_server.endpoint}/{chroot}"
     async with coord.connect(url, ttl=5) as client, client.mutex("logged"):
         pass
-    sent = [r.getMessage() for r in caplog.records if "Auth(" in r.getMessage()]
-    assert sent, "kazoo's request line was not seen: the test proves nothing"
+    debug = [r for r in caplog.records if r.name.startswith("coord.backends.zookeeper")]
+    assert any(r.levelno == logging.DEBUG for r in debug), "no DEBUG line: this proves nothing"
     assert all("s3cret-pw" not in r.getMessage() for r in caplog.records)
