@@ -189,11 +189,15 @@ class Connection:
         log.debug("coord: ZooKeeper session %#x (timeout %gs)", self.session_id, session_timeout)
 
     async def _run(self, client: WireClient, *, task_status: TaskStatus[None]) -> None:
+        # Shielded: the client (and its tasks) must outlive a cancellation of the
+        # backend's task group, to send its CloseSession when it is stopped (aclose()
+        # ends the block). The backend stops every client before leaving its group.
         stop = self._running[client] = anyio.Event()
         try:
-            async with client:
-                task_status.started()
-                await stop.wait()
+            with anyio.CancelScope(shield=True):
+                async with client:
+                    task_status.started()
+                    await stop.wait()
         finally:
             del self._running[client]
 

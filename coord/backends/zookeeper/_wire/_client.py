@@ -141,7 +141,9 @@ class WireClient(AsyncResource):
         if stack is not None:
             # (Not shielded: the tasks are cancelled already and close their socket
             # shielded; the task group was entered outside any scope of ours.)
-            return await stack.__aexit__(exc_type, exc_val, exc_tb)
+            if isinstance(exc_val, anyio.get_cancelled_exc_class()):
+                return await stack.__aexit__(exc_type, exc_val, exc_tb)
+            await stack.aclose()  # (any other exception propagates as it is)
         return None
 
     async def aclose(self) -> None:
@@ -262,9 +264,10 @@ class WireClient(AsyncResource):
 
         :raises kazoo.exceptions.NodeExistsError, NoNodeError: (no parent), ...
         """
-        op = create_op(path, data, acl, ephemeral=ephemeral, sequence=sequence, container=container)
-        created, stat = await self._call(with_path(op, self._path(path)))
-        return self._unchroot(created), stat
+        await self.wait_connected()
+        options = {"ephemeral": ephemeral, "sequence": sequence, "container": container}
+        created: tuple[str, ZnodeStat] = await self.create_nowait(path, data, acl, **options).wait()
+        return created
 
     async def delete(self, path: str, version: int = -1) -> None:
         """Delete a node (at *version* only, unless -1)."""
@@ -348,20 +351,14 @@ class WireClient(AsyncResource):
         return self._send(GetChildren2(full, watch is not None), full, watch, Kind.CHILD)
 
     def create_nowait(
-        self,
-        path: str,
-        data: bytes = b"",
-        acl: Sequence[Any] | None = None,
-        *,
-        ephemeral: bool = False,
-        sequence: bool = False,
+        self, path: str, data: bytes = b"", acl: Sequence[Any] | None = None, **options: bool
     ) -> Reply:
-        """:meth:`create`, sent now; the Reply settles with ``(path, stat)``. Not a
-        checkpoint.
+        """:meth:`create` (same keyword options), sent now; the Reply settles with
+        ``(path, stat)``. Not a checkpoint.
 
         :raises kazoo.exceptions.ConnectionLoss: the session is not connected now
         """
-        op = create_op(path, data, acl, ephemeral=ephemeral, sequence=sequence)
+        op = create_op(path, data, acl, **options)
         reply = self._send(with_path(op, self._path(path)))
         reply.convert = lambda created: (self._unchroot(created[0]), created[1])
         return reply
@@ -391,11 +388,8 @@ class WireClient(AsyncResource):
         watch: WatchCallback | None = None,
         kind: Kind = Kind.DATA,
     ) -> Any:
-        conn = self._session.current
-        if conn is None:
-            conn = await self._session.connection()
-        arming = Arming(path, kind, watch) if watch is not None else None
-        return await conn.submit(request, arming).wait()
+        await self.wait_connected()
+        return await self._send(request, path, watch, kind).wait()
 
     # -- chroot --------------------------------------------------------------------------
 
