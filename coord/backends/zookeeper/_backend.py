@@ -205,7 +205,8 @@ class ZooKeeperBackend(FaultHooks, Backend):
             conn = self._conn
             # A session opened lazily (by a request before any grant) becomes the lease
             # if its timeout fits; the session of an earlier lease is never reused.
-            if conn.client is None or self._lease is not None or conn.timeout != ttl:
+            gone = conn.client is None or conn.client.state is State.LOST
+            if gone or self._lease is not None or conn.timeout != ttl:
                 await conn.open(ttl)
                 self._watches.wake_all()
             conn.leased = True

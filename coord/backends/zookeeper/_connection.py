@@ -255,8 +255,10 @@ class Connection:
         with anyio.CancelScope(shield=True):
             for client in list(self._running):
                 await self._stop(client)  # (an end() waiting for a reconnection goes on)
-            async with self._lock:
+            async with self._lock:  # (a start under way ends first: stop its client too)
                 self.client = None
+                for client in list(self._running):
+                    await self._stop(client)
 
     async def _stop(self, client: WireClient) -> None:
         """Close *client* (CloseSession, bounded in time) and end its task. Shielded."""
