@@ -20,7 +20,7 @@
     │                                        have been applied (``.operation``, ``.job_id``)
     └── ClosedError           + anyio.ClosedResourceError
 
-Client-library errors (gRPC, kazoo) are translated at the backend boundary with
+Client-library errors (gRPC, kazoo's exception classes) are translated at the backend boundary with
 ``raise ... from exc``; cancellation is never caught or wrapped, and there is no timeout
 class: callers use ``anyio.fail_after``, which raises the builtin :exc:`TimeoutError`.
 """

@@ -49,8 +49,8 @@ def cli(verbose: int) -> None:
 
 def _log_to_stderr(verbose: int) -> None:
     """Without -v, nothing is logged to stderr: a failure is coord's one line. Libraries
-    log through Python's last-resort handler when nobody configured logging (kazoo's
-    "Failed connecting to Zookeeper...", asyncio's, aiokafka's WARNINGs) and gRPC's core
+    log through Python's last-resort handler when nobody configured logging (asyncio's
+    and aiokafka's WARNINGs) and gRPC's core
     prints its own: all silenced, and Python warnings with them. With -v, coord's lines
     (-vv: DEBUG too) and the libraries' WARNINGs (-vv: INFO) go through one handler."""
     logging.captureWarnings(True)
@@ -67,7 +67,7 @@ def _log_to_stderr(verbose: int) -> None:
 
 
 class _Lines(logging.Formatter):
-    """``12:00:00 message`` for coord's lines, ``12:00:00 kazoo.client: message`` for a
+    """``12:00:00 message`` for coord's lines, ``12:00:00 aiokafka: message`` for a
     library's."""
 
     def __init__(self) -> None:

@@ -1,7 +1,7 @@
-"""The ZooKeeper backend: coord's contract on ZooKeeper 3.5 or later, through kazoo.
+"""The ZooKeeper backend: coord's contract on ZooKeeper 3.5 or later, with no thread.
 
-Curator's lock recipe (``InterProcessMutex``), on kazoo's ``*_async`` calls bridged into
-anyio (asyncio or trio):
+Curator's lock recipe (``InterProcessMutex``), on an anyio-native ZooKeeper client
+(:mod:`._wire`, on kazoo's codec), on asyncio or trio:
 
 * a lease is the ZooKeeper session; its timeout is the ttl. SUSPENDED counts as lost by
   default (Curator Tech Note 14); see :mod:`._lease`;
@@ -11,8 +11,8 @@ anyio (asyncio or trio):
 * a waiter watches only its predecessor, with a data watch, so a release wakes one
   waiter; watches are multiplexed per path (:mod:`._watches`);
 * parents are container nodes, which the server removes when they empty;
-* kazoo's threads never block the event loop and are never blocked by it
-  (:mod:`._bridge`).
+* one wire client per session (:mod:`._connection`): requests are awaited on the event
+  loop, pipelined on one connection, and watch callbacks run in its reader task.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""ZooKeeperBackend: coord's contract on a ZooKeeper ensemble, through kazoo."""
+"""ZooKeeperBackend: coord's contract on a ZooKeeper ensemble, through the wire client."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from kazoo.protocol.states import KazooState
 
 from ... import _keys
 from ..._exceptions import ClosedError, ConfigurationError, SessionExpiredError
@@ -14,19 +13,19 @@ from ..._session import check_ttl
 from ..._url import format_url
 from ...abc import Backend, Change, Entry, Lease, Listing, Position
 from .._txn import check_ops, check_value
-from ._bridge import Bridge
 from ._changes import ChildChanges
 from ._connection import Connection
 from ._faults import FaultHooks
 from ._lease import SessionPolicy, ZooKeeperLease
 from ._multi import Transactions
 from ._nodes import Nodes
-from ._options import Options, hosts_string, url_options
+from ._options import Options, check_hosts, url_options
 from ._paths import Paths
 from ._plain import PlainKeys
 from ._queue import Queues
 from ._sizes import RequestSizes
 from ._watches import WatchRegistry
+from ._wire import State
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
@@ -35,11 +34,9 @@ if TYPE_CHECKING:
 
     from ..._url import ParsedURL
     from ...abc import Op
+    from ._wire import WireClient
 
 __all__ = ["ZooKeeperBackend"]
-
-# Connection handshakes kazoo may try within one session timeout (see _connection).
-_HANDSHAKES_PER_TIMEOUT = 3
 
 
 class ZooKeeperBackend(FaultHooks, Backend):
@@ -50,8 +47,8 @@ class ZooKeeperBackend(FaultHooks, Backend):
 
     The lease is the ZooKeeper session: one per backend, its timeout is the ``ttl``
     (at most about 24 days: ZooKeeper counts it in 32-bit milliseconds; the server may
-    clamp it further to its ``maxSessionTimeout``). Runs on asyncio and trio: kazoo's
-    threads hand their results to the event loop.
+    clamp it further to its ``maxSessionTimeout``). Runs on asyncio and trio, with no
+    thread: ZooKeeper's protocol is spoken by :mod:`._wire` on anyio.
 
     :param hosts: ``(host, port)`` pairs of the ensemble's members
     :param namespace: the root under which every key lives (``"myapp"`` -> ``/myapp``)
@@ -60,13 +57,13 @@ class ZooKeeperBackend(FaultHooks, Backend):
         all" (only this user) with *auth*, "world all" without
     :param suspended_is_lost: a suspended connection voids every hold at once (Curator's
         default policy): holders are cancelled and told; the session itself lives on and
-        waiters keep their place if kazoo reconnects to it in time. With False, holds
+        waiters keep their place if the client resumes it in time. With False, holds
         survive a short drop: they end when the server says the session expired, or when
         the lease's local deadline passes (last acknowledged request + negotiated
         timeout)
     :param connect_timeout: how long opening the backend, and each new session, waits
-        for a first answer from a member (reconnections within a session are kazoo's,
-        unbounded: the session timeout decides)
+        for a first answer from a member (reconnections within a session are bounded by
+        the session timeout instead)
     """
 
     #: ZooKeeper sends the session timeout as a signed 32-bit number of milliseconds.
@@ -85,15 +82,14 @@ class ZooKeeperBackend(FaultHooks, Backend):
         suspended_is_lost: bool = True,
         connect_timeout: float = 10.0,
     ) -> None:
-        self._hosts = list(hosts)
+        self._hosts = check_hosts(hosts)
         self._options = Options.check(
             auth=auth, acl=acl, suspended_is_lost=suspended_is_lost, connect_timeout=connect_timeout
         )
         self._paths = Paths(namespace)
         self._sizes = RequestSizes(self._paths, self._options.acl, self.max_request_size)
         self._url = format_url("zk", self._hosts, namespace, auth[0] if auth else None)
-        self._bridge = Bridge()
-        self._watches = WatchRegistry(self._bridge)
+        self._watches = WatchRegistry()
         self._policy = SessionPolicy(
             suspended_is_lost=self._options.suspended_is_lost,
             is_current=lambda client: client is self._conn.client,
@@ -101,13 +97,11 @@ class ZooKeeperBackend(FaultHooks, Backend):
             end_session=self._end_session,
         )
         self._conn = Connection(
-            self._bridge,
-            hosts=hosts_string(self._hosts),
-            connect_hosts=hosts_string(self._hosts, at_least=_HANDSHAKES_PER_TIMEOUT),
+            hosts=self._hosts,
             auth_data=self._options.auth_data,
             acl=self._options.acl,
             connect_timeout=self._options.connect_timeout,
-            on_state=self._policy.notify,
+            on_state=self._client_state,
             url=self._url,
         )
         self._nodes = Nodes(self._conn, self._paths)
@@ -136,22 +130,23 @@ class ZooKeeperBackend(FaultHooks, Backend):
 
     async def __aenter__(self) -> ZooKeeperBackend:
         """Check that a member answers as ZooKeeper (within ``connect_timeout``), and
-        start the bridge to kazoo. The session is opened by :meth:`grant`, or by the
+        start the backend's tasks. The session is opened by :meth:`grant`, or by the
         first request.
 
         :raises BackendUnavailable: if no member answers in ZooKeeper's protocol
         """
         await self._conn.first_contact()
-        self._bridge.open()
         self._grant_lock = anyio.Lock()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
+        self._conn.task_group = self._tg
         await self._tg.start(self._policy.run)
         await self._tg.start(self._watches.run)
         return self
 
     async def aclose(self) -> None:
-        """Close the session (its ephemeral nodes go) and stop kazoo. Shielded."""
+        """Close the session (its ephemeral nodes go) and end the backend's tasks.
+        Shielded."""
         tg, self._tg = self._tg, None
         if tg is None:
             return
@@ -160,7 +155,6 @@ class ZooKeeperBackend(FaultHooks, Backend):
         try:
             await self._conn.close()
             self._watches.wake_all()
-            await self._bridge.close()
         finally:
             tg.cancel_scope.cancel()
             await tg.__aexit__(None, None, None)
@@ -172,6 +166,14 @@ class ZooKeeperBackend(FaultHooks, Backend):
     def _start_soon(self, func: Callable[[], Coroutine[Any, Any, None]]) -> None:
         if self._tg is not None:
             self._tg.start_soon(func)
+
+    def _client_state(self, client: WireClient, state: State) -> None:
+        # From the wire client's task. The client keeps its watches across a resumed
+        # session, but waiters re-check on a disconnect (what they wait for may have
+        # happened while nobody could say), and every watch is gone once it is LOST.
+        if state in (State.SUSPENDED, State.LOST) and client is self._conn.client:
+            self._watches.wake_all()
+        self._policy.notify(client, state, client.session_id)
 
     async def _end_session(self, session_id: int) -> None:
         await self._end_lease(session_id)()
@@ -203,9 +205,11 @@ class ZooKeeperBackend(FaultHooks, Backend):
             conn = self._conn
             # A session opened lazily (by a request before any grant) becomes the lease
             # if its timeout fits; the session of an earlier lease is never reused.
-            if conn.client is None or self._lease is not None or conn.timeout != ttl:
+            gone = conn.client is None or conn.client.state is State.LOST
+            if gone or self._lease is not None or conn.timeout != ttl:
                 await conn.open(ttl)
                 self._watches.wake_all()
+            conn.leased = True
             session_id = conn.session_id
             sent = anyio.current_time()
             timeout = await self._ping(session_id)
@@ -215,9 +219,9 @@ class ZooKeeperBackend(FaultHooks, Backend):
             self._lease = self._policy.lease = lease
             await self._tg.start(lease.run)
             # A transition between the connect and now was ignored (no lease): apply it.
-            state = conn.client.state if conn.client is not None else KazooState.LOST
-            if state != KazooState.CONNECTED:
-                self._policy.on_state(state, conn.session_id)
+            state = conn.client.state if conn.client is not None else State.LOST
+            if state is not State.CONNECTED:
+                self._policy.on_state(state, session_id)
         return lease
 
     async def _ping(self, session_id: int) -> float:
@@ -225,7 +229,7 @@ class ZooKeeperBackend(FaultHooks, Backend):
         timeout, or SessionExpiredError if that session is no longer the client's."""
         conn = self._conn
         root = self._paths.root or "/"
-        await conn.call("keepalive", lambda c: c.exists_async(root))
+        await conn.call("keepalive", lambda c: c.exists(root))
         if conn.session_id != session_id or conn.ended:
             raise SessionExpiredError(f"ZooKeeper session {session_id:#x} is over")
         return conn.negotiated
@@ -233,7 +237,7 @@ class ZooKeeperBackend(FaultHooks, Backend):
     def _end_lease(self, session_id: int) -> Callable[[], Awaitable[None]]:
         async def end() -> None:
             await self._conn.end(session_id)
-            self._watches.wake_all()  # kazoo no longer delivers anything for that session
+            self._watches.wake_all()  # nothing more is delivered for that session
 
         return end
 

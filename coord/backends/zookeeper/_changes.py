@@ -122,7 +122,7 @@ class ChildChanges:
         try:
             children, stat = await conn.call(
                 "watch",
-                lambda c: c.get_children_async(
+                lambda c: c.get_children(
                     self._node, watch=watches.children_watcher, include_data=True
                 ),
                 retry=True,
@@ -130,7 +130,7 @@ class ChildChanges:
         except kz.NoNodeError:
             stat = await conn.call(
                 "watch",
-                lambda c: c.exists_async(self._node, watch=watches.data_watcher),
+                lambda c: c.exists(self._node, watch=watches.data_watcher),
                 retry=True,
             )
             if stat is not None:  # created in between: list again at the next step

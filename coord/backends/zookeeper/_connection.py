@@ -1,32 +1,28 @@
-"""One kazoo client (one ZooKeeper session) at a time, and requests on it.
+"""One wire client (one ZooKeeper session) at a time, and requests on it.
 
-* The client is started and stopped in a worker thread (both block); requests go through
-  the :class:`~._bridge.Bridge` and never block the event loop.
+* Each session is a :class:`~._wire.WireClient`, run by a task of the backend's task
+  group (its own tasks live in that task, which ends when the client is closed). No
+  thread: requests are awaited on the event loop.
 * Every request has a time budget of one session timeout, retries included: a client cut
   off for that long has lost its session anyway. Reads and other repeatable requests are
-  retried after a connection loss; kazoo holds a request made while it reconnects and
-  sends it once connected, so a retry waits for the connection instead of spinning.
-* kazoo waits for a connection handshake for ``session timeout / number of hosts``:
-  against one server, the whole session timeout, so a single handshake that is never
-  answered costs the session (ZooKeeper 3.8.0 leaves a connection accepted while it
-  starts up hanging: its close fails on a null database). Short host lists are given to
-  kazoo with each host repeated, so that an attempt takes at most a third of the session
-  timeout, as with a three-member ensemble.
+  retried after a connection loss; the wire client holds a request made while it
+  reconnects and sends it once connected, so a retry waits for the connection instead
+  of spinning.
+* A session that the server expired (LOST) while no lease stands for it is replaced by
+  a new one at the next request, as a lazily opened session should be; a leased one is
+  not (its lease is lost: the session stays over until a new grant).
+* An outage is two lines of the log: a WARNING when the connection drops, an INFO when
+  it is back, with the failed attempts counted (each is logged at DEBUG by the wire).
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
 from kazoo import exceptions as kz
-from kazoo.client import KazooClient
-from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.states import KazooState
-from kazoo.retry import KazooRetry
 
 from ..._exceptions import (
     BackendError,
@@ -37,13 +33,12 @@ from ..._exceptions import (
 )
 from .._probe import ZOOKEEPER, first_contact
 from ._errors import ANSWERS, translate
-from ._kazoo import watch_negotiated_timeout
-from ._kazoo_log import KazooLog, Outages
+from ._wire import State, WireClient
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Awaitable, Callable, Sequence
 
-    from ._bridge import Bridge, Reply
+    from anyio.abc import TaskGroup, TaskStatus
 
 __all__ = ["Connection"]
 
@@ -51,70 +46,89 @@ log = logging.getLogger("coord.backends.zookeeper")
 
 
 class Connection:
-    """The kazoo client of one backend, replaced when a new session is needed.
+    """The wire client of one backend, replaced when a new session is needed.
 
-    :param hosts: kazoo's host string, ``"h1:2181,h2:2181"`` (for fault injection)
-    :param connect_hosts: the host string kazoo connects with (hosts repeated)
-    :param auth_data: kazoo's ``(scheme, credential)`` pairs, sent on every (re)connect
+    :param hosts: ``(host, port)`` pairs of the ensemble
+    :param auth_data: ``(scheme, credential)`` pairs, sent on every (re)connect
     :param acl: the ACL of every node this connection creates
     :param connect_timeout: how long :meth:`open` waits for a first connection
-    :param on_state: called on the event loop as ``on_state(client, state, session_id)``
-        for kazoo's CONNECTED / SUSPENDED / LOST transitions
-    :param url: the store's URL without secrets, for the log (kazoo's connection chatter
-        is folded into coord's lines: see :mod:`._kazoo_log`)
+    :param on_state: called as ``on_state(client, state)`` for every state change of a
+        client (CONNECTED / SUSPENDED / LOST / CLOSED), from the client's task
+    :param url: the store's URL without secrets, for the log
     """
 
     def __init__(
         self,
-        bridge: Bridge,
         *,
-        hosts: str,
-        connect_hosts: str,
+        hosts: Sequence[tuple[str, int]],
         auth_data: Sequence[tuple[str, str]],
         acl: Sequence[Any],
         connect_timeout: float,
-        on_state: Callable[[Any, str, int], None],
+        on_state: Callable[[WireClient, State], None],
         url: str = "zk://",
     ) -> None:
-        self._bridge = bridge
-        self.outages = Outages(url)
-        self.hosts = hosts
-        self._connect_hosts = connect_hosts
+        if not hosts:
+            raise ValueError("no ZooKeeper host given")
+        self.hosts = list(hosts)
         self._auth_data = list(auth_data)
         self.acl = list(acl)
         self._connect_timeout = connect_timeout
         self._on_state = on_state
-        self._reconnected: dict[int, anyio.Event] = {}  # id(client) -> event, in end()
+        self._url = url
         self._lock = anyio.Lock()
-        self.client: Any = None
+        self._running: dict[WireClient, anyio.Event] = {}  # client -> set to end its task
+        self._down_since: float | None = None
+        #: Runs the clients' tasks: the backend's task group, set once it is open.
+        self.task_group: TaskGroup | None = None
+        self.client: WireClient | None = None
         self.session_id = 0
         self.password = b""
         self.timeout = 10.0
-        self._negotiated: list[float] = []
         self._contacted = False  # a first contact was made, and no client started since
+        #: A lease stands for the current session (a lost one is then not replaced).
+        self.leased = False
         #: The session was ended on purpose (its lease was lost or revoked).
         self.ended = False
         self.closed = False
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    async def current(self, default_timeout: float) -> Any:
-        """The kazoo client; a session is opened with *default_timeout* if there is none.
+    async def current(self, default_timeout: float) -> WireClient:
+        """The wire client; a session is opened with *default_timeout* if there is none
+        (or if the current one was lost while no lease stood for it).
 
         :raises ClosedError: if the connection is closed
         :raises SessionExpiredError: if the session was ended and no new one granted
         """
         client = self.client
-        if client is not None and not self.closed:
+        if client is not None and not self.closed and client.state is not State.LOST:
             return client
         async with self._lock:
             if self.closed:
                 raise ClosedError("the ZooKeeper backend is closed")
+            client = self.client
+            if client is not None and client.state is State.LOST and not self.leased:
+                self.client = None
+                await self._stop(client)
             if self.client is None:
                 if self.ended:
                     raise SessionExpiredError("the ZooKeeper session is over (lost or revoked)")
                 await self._start(default_timeout)
+            assert self.client is not None
             return self.client
+
+    async def ready(self, default_timeout: float) -> WireClient:
+        """The wire client, once connected: its ``*_nowait`` requests go out at once if
+        made before the next checkpoint. A checkpoint if it waits (bound it).
+
+        :raises SessionExpiredError: the session is over
+        """
+        client = await self.current(default_timeout)
+        try:
+            await client.wait_connected()
+        except Exception as exc:
+            raise self.translate(exc, "connect", client) from exc
+        return client
 
     async def open(self, session_timeout: float) -> None:
         """Replace the client (if any) with one on a new session of *session_timeout*
@@ -135,88 +149,90 @@ class Connection:
         :raises BackendUnavailable: if no member does
         """
         await first_contact(
-            "ZooKeeper", ZOOKEEPER, self._endpoints(), connect_timeout=self._connect_timeout
+            "ZooKeeper", ZOOKEEPER, self.hosts, connect_timeout=self._connect_timeout
         )
         self._contacted = True
 
     @property
     def negotiated(self) -> float:
         """The session timeout the server granted at the last handshake (seconds)."""
-        return self._negotiated[0] if self._negotiated else self.timeout
-
-    def _endpoints(self) -> list[tuple[str, int]]:
-        hosts = []
-        for item in self.hosts.split(","):
-            host, _, port = item.rpartition(":")
-            hosts.append((host.strip("[]"), int(port)))
-        return hosts
+        return self.client.negotiated_timeout if self.client is not None else self.timeout
 
     async def _start(self, session_timeout: float) -> None:
-        # Every start of a kazoo client follows a first contact: kazoo would take a
-        # refused, hung or foreign server for a slow one, retrying in a loop.
+        # Every session start follows a first contact: a refused, hung or foreign server
+        # fails fast there, rather than after connect_timeout of attempts.
         if not self._contacted:
             await self.first_contact()
         self._contacted = False
-        # Shielded and bounded by connect_timeout: a client started in a thread whose
-        # result we stopped waiting for would keep its threads and session forever.
+        client = WireClient(
+            self.hosts,
+            session_timeout=session_timeout,
+            connect_timeout=self._connect_timeout,
+            auth=self._auth_data,
+        )
+        client.add_listener(lambda state: self._client_state(client, state))
+        assert self.task_group is not None
+        # Shielded, bounded by connect_timeout: a start abandoned halfway would leave a
+        # session open on the server for nobody.
         with anyio.CancelScope(shield=True):
             try:
-                client = await anyio.to_thread.run_sync(self._start_client, session_timeout)
-            except KazooTimeoutError as exc:
+                await self.task_group.start(self._run, client)
+            except kz.ConnectionLoss as exc:
                 raise BackendUnavailable(
-                    f"cannot connect to ZooKeeper: {self.hosts} answered, but no session was "
-                    f"opened within {self._connect_timeout:g}s"
+                    f"cannot connect to ZooKeeper: {self._url} answered, but no session "
+                    f"was opened within {self._connect_timeout:g}s"
                 ) from exc
-            except Exception as exc:  # kazoo refuses its arguments, ...
+            except Exception as exc:  # credentials refused, ...
                 raise translate(exc, "connect", closed=False, ended=False) from exc
-        client, client_id, negotiated = client
-        self.client, self.timeout, self.ended = client, session_timeout, False
-        self.session_id, self.password = client_id
-        self._negotiated = negotiated
+        self.client, self.timeout, self.ended, self.leased = client, session_timeout, False, False
+        self.session_id, self.password = client.session_id, client.password
         log.debug("coord: ZooKeeper session %#x (timeout %gs)", self.session_id, session_timeout)
 
-    def _start_client(self, timeout: float) -> tuple[Any, tuple[int, bytes], list[float]]:
-        # Blocks: runs in a worker thread.
-        client = KazooClient(
-            hosts=self._connect_hosts,
-            timeout=timeout,
-            auth_data=self._auth_data or None,
-            default_acl=self.acl,
-            logger=KazooLog(self.outages),
-            # Reconnect at least every second: kazoo's default backoff grows to an hour.
-            connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_jitter=0.5, max_delay=1.0),
-        )
+    async def _run(self, client: WireClient, *, task_status: TaskStatus[None]) -> None:
+        # Shielded: the client (and its tasks) must outlive a cancellation of the
+        # backend's task group, to send its CloseSession when it is stopped (aclose()
+        # ends the block). The backend stops every client before leaving its group.
+        stop = self._running[client] = anyio.Event()
+        try:
+            with anyio.CancelScope(shield=True):
+                async with client:
+                    task_status.started()
+                    await stop.wait()
+        finally:
+            del self._running[client]
 
-        def listener(state: str) -> None:  # on kazoo's connection thread: must not block
-            client_id = client.client_id
-            session_id = client_id[0] if client_id else 0
-            self._bridge.to_loop(self._client_state, client, state, session_id)
-
-        client.add_listener(listener)
-        negotiated = watch_negotiated_timeout(client)
-        client.start(timeout=self._connect_timeout)
-        client_id = client.client_id  # None if the connection dropped already
-        if client_id is None:
-            client.stop()
-            client.close()
-            raise kz.ConnectionLoss()
-        return client, client_id, negotiated
-
-    def _client_state(self, client: Any, state: str, session_id: int) -> None:
-        # A loop callback (outside any task): wake end(), then pass the news on.
-        if state == KazooState.CONNECTED and id(client) in self._reconnected:
-            self._reconnected[id(client)].set()
-        self._on_state(client, state, session_id)
+    def _client_state(self, client: WireClient, state: State) -> None:
+        # From the client's task: log an outage of the current client, pass the news on.
+        if client is self.client and not self.closed:
+            if state is State.SUSPENDED and self._down_since is None:
+                self._down_since = anyio.current_time()
+                why = client.last_error
+                log.warning(
+                    "coord: connection to ZooKeeper %s lost (%s); retrying",
+                    self._url,
+                    (str(why) or type(why).__name__) if why is not None else "closed",
+                )
+            elif state is State.LOST:
+                self._down_since = None  # (the session's loss is logged as such)
+            elif state is State.CONNECTED and self._down_since is not None:
+                log.info(
+                    "coord: connection to ZooKeeper %s is back after %.1fs (%d failed attempts)",
+                    self._url,
+                    anyio.current_time() - self._down_since,
+                    client.dial_failures,
+                )
+                self._down_since = None
+        self._on_state(client, state)
 
     async def end(self, session_id: int | None = None) -> None:
         """End the session (only if it is *session_id*, when given: a later session must
-        never be ended by news about an earlier one): kazoo closes it on the server, so
-        its ephemeral nodes go now.
+        never be ended by news about an earlier one): the client closes it on the server,
+        so its ephemeral nodes go now.
 
-        If the connection is down, kazoo is given up to one session timeout to reconnect
-        first (a session that outlived a short outage would otherwise keep the nodes of
-        a lease nobody holds until the server times it out). Nothing is sent for the
-        session meanwhile: its requests already fail. Shielded.
+        If the connection is down, the client is given up to one session timeout to
+        reconnect first (a session that outlived a short outage would otherwise keep the
+        nodes of a lease nobody holds until the server times it out). Nothing is sent
+        for the session meanwhile: its requests already fail. Shielded.
         """
         if session_id is not None and session_id != self.session_id:
             return
@@ -225,65 +241,57 @@ class Connection:
         if client is None:
             return
         with anyio.CancelScope(shield=True):
-            if client.state != KazooState.CONNECTED:
-                reconnected = self._reconnected[id(client)] = anyio.Event()
+            if client.state is State.SUSPENDED:
                 with anyio.move_on_after(self.timeout):
-                    await reconnected.wait()
-                del self._reconnected[id(client)]
+                    try:
+                        await client.wait_connected()
+                    except kz.KazooException:
+                        pass  # lost or closed meanwhile: nothing left to close
             await self._stop(client)
 
     async def close(self) -> None:
         """Close for good (ends the session). Shielded."""
         self.closed = True
-        for reconnected in self._reconnected.values():
-            reconnected.set()  # an end() waiting for a reconnection stops its client now
-        async with self._lock:
-            client, self.client = self.client, None
-            if client is not None:
-                await self._stop(client)
-
-    @staticmethod
-    async def _stop(client: Any) -> None:
-        def stop() -> None:
-            if isinstance(client.logger, KazooLog):
-                client.logger.stopping()
-            try:
-                client.stop()
-                client.close()
-            except Exception:  # kazoo's writer did not stop: nothing more to do here
-                log.exception("coord: stopping a kazoo client failed")
-
         with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(stop)
+            for client in list(self._running):
+                await self._stop(client)  # (an end() waiting for a reconnection goes on)
+            async with self._lock:  # (a start under way ends first: stop its client too)
+                self.client = None
+                for client in list(self._running):
+                    await self._stop(client)
+
+    async def _stop(self, client: WireClient) -> None:
+        """Close *client* (CloseSession, bounded in time) and end its task. Shielded."""
+        await client.aclose()
+        stop = self._running.get(client)
+        if stop is not None:
+            stop.set()
 
     # -- requests -------------------------------------------------------------------------
 
-    @property
-    def bridge(self) -> Bridge:
-        """The bridge to kazoo's threads (for requests whose outcome is a callback)."""
-        return self._bridge
-
-    def start(self, request: Callable[[], Any]) -> Reply:
-        """Issue one kazoo ``*_async`` call without waiting (no retry, no budget)."""
-        return self._bridge.start(request)
-
-    def translate(self, exc: BaseException, what: str, client: Any) -> CoordError:
+    def translate(self, exc: BaseException, what: str, client: WireClient | None) -> CoordError:
         """The coord error for *exc*, raised by a request on *client*."""
         error = translate(exc, what, closed=self.closed, ended=self.ended)
         if isinstance(exc, kz.ConnectionClosedError) and client is self.client:
-            # The current client is stopped but nobody stopped it on purpose: kazoo gave
-            # up reconnecting (authentication failed).
+            # The current client is closed but nobody closed it on purpose.
             error = BackendError(f"ZooKeeper {what}: the client stopped ({exc})")
+        elif isinstance(exc, kz.SessionExpiredError) and not (
+            self.ended or (client is self.client and self.leased)
+        ):
+            # A session no lease stands for, lost or replaced: the retry gets a new one.
+            error = BackendUnavailable(f"ZooKeeper {what}: the session was replaced")
         return error
 
-    async def call(self, what: str, request: Callable[[Any], Any], *, retry: bool = False) -> Any:
+    async def call(
+        self, what: str, request: Callable[[WireClient], Awaitable[Any]], *, retry: bool = False
+    ) -> Any:
         """:meth:`call_counting`, without the count."""
         return (await self.call_counting(what, request, retry=retry))[0]
 
     async def call_counting(
-        self, what: str, request: Callable[[Any], Any], *, retry: bool = False
+        self, what: str, request: Callable[[WireClient], Awaitable[Any]], *, retry: bool = False
     ) -> tuple[Any, int]:
-        """Run ``request(client)`` (a kazoo ``*_async`` call) and return its result.
+        """Await ``request(client)`` (a wire client request) and return its result.
 
         A checkpoint. Answers about the data (NoNodeError, NodeExistsError,
         BadVersionError, NotEmptyError) are raised as kazoo's exceptions; every other
@@ -301,7 +309,7 @@ class Connection:
             for attempt in itertools.count(1):
                 client = await self.current(budget)
                 try:
-                    return await self._bridge.start(partial(request, client)).result(), attempt
+                    return await request(client), attempt
                 except ANSWERS as exc:
                     exc.attempts = attempt  # type: ignore[attr-defined]
                     raise

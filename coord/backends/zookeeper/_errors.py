@@ -1,8 +1,8 @@
-"""kazoo's exceptions translated into coord's tree, at the backend boundary.
+"""The wire client's exceptions (kazoo's classes) translated into coord's tree.
 
 The most specific match wins (httpx's ``map_httpcore_exceptions``): kazoo's
 ``ConnectionClosedError`` is a subclass of its ``SessionExpiredError`` but means "this
-kazoo client was stopped", which is coord's ClosedError or SessionExpiredError depending
+wire client was closed", which is coord's ClosedError or SessionExpiredError depending
 on why it was stopped, or a mere "try again" when the client was replaced.
 
 Answers about the data (no node, node exists, bad version, not empty) are not translated
@@ -12,7 +12,6 @@ here: the backend catches them where it expects them.
 from __future__ import annotations
 
 from kazoo import exceptions as kz
-from kazoo.handlers.threading import KazooTimeoutError
 
 from ..._exceptions import (
     BackendError,
@@ -29,7 +28,6 @@ UNAVAILABLE: tuple[type[BaseException], ...] = (
     kz.ConnectionLoss,
     kz.ConnectionDropped,
     kz.OperationTimeoutError,
-    KazooTimeoutError,
     OSError,
 )
 

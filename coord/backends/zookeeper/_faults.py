@@ -5,34 +5,39 @@
   which takes it over, then closes it. The server deletes the session's ephemeral nodes
   and the first client learns it the way it would in production.
 * :func:`server_counters` reads the ``mntr`` four-letter word of every member (it must
-  be allowed by ``4lw.commands.whitelist``).
+  be allowed by ``4lw.commands.whitelist``); it blocks (for benchmarks), and
+  :func:`notifications_sent_async` is its use on the event loop.
 
-Both block: the backend's hooks (:class:`FaultHooks`) run them in a worker thread.
+The backend's hooks (:class:`FaultHooks`) run on the event loop, with no thread.
 """
 
 from __future__ import annotations
 
 import socket
-import time
 from typing import TYPE_CHECKING
 
 import anyio
 import anyio.lowlevel
-from kazoo.client import KazooClient
-from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.retry import KazooRetry
+from kazoo import exceptions as kz
 
-from ._kazoo import CONNECTION_DROP, queue_request
+from ._wire import WireClient
 
 if TYPE_CHECKING:
-    from ._bridge import Bridge
+    from collections.abc import Sequence
+
     from ._connection import Connection
     from ._lease import SessionPolicy
     from ._options import Options
     from ._paths import Paths
     from ._queue import Queues
 
-__all__ = ["FaultHooks", "expire_session", "notifications_sent", "server_counters"]
+__all__ = [
+    "FaultHooks",
+    "expire_session",
+    "notifications_sent",
+    "notifications_sent_async",
+    "server_counters",
+]
 
 _EXPIRE_WITHIN = 20.0
 
@@ -41,36 +46,33 @@ _WATCH_COUNTERS = tuple(
 )
 
 
-def expire_session(
-    hosts: str, session_id: int, password: bytes, auth_data: list[tuple[str, str]]
+async def expire_session(
+    hosts: Sequence[tuple[str, int]],
+    session_id: int,
+    password: bytes,
+    auth: Sequence[tuple[str, str]],
 ) -> None:
-    """End session *session_id* on the server now. Blocks; call it in a thread.
+    """End session *session_id* on the server now. A checkpoint.
 
     The owner reconnects within milliseconds and takes its session back from the
     intruder; whoever holds it last, the close is retried until the server no longer
-    knows the session (an intruder attaching to it then gets a new one).
+    knows the session (an intruder attaching to it is then told it expired).
     """
-    deadline = time.monotonic() + _EXPIRE_WITHIN
-    while time.monotonic() < deadline:
-        intruder = KazooClient(
-            hosts=hosts,
-            client_id=(session_id, password),
-            auth_data=auth_data or None,
-            connection_retry=KazooRetry(max_tries=-1, delay=0.02, max_delay=0.2),
-        )
-        try:
-            intruder.start(timeout=2)
-        except KazooTimeoutError:
-            continue  # the owner took the session back first: try again
-        try:
-            client_id = intruder.client_id
-            taken_over = client_id is not None and client_id[0] == session_id
-        finally:
-            intruder.stop()  # closes whichever session it holds: ours, or a fresh one
-            intruder.close()
-        if not taken_over:
-            return  # the server no longer knew the session: it is over
-    raise RuntimeError(f"session {session_id:#x} could not be expired in {_EXPIRE_WITHIN}s")
+    with anyio.fail_after(_EXPIRE_WITHIN):
+        while True:
+            session = (session_id, password)
+            intruder = WireClient(
+                hosts, session_timeout=10, connect_timeout=2, auth=auth, resume=session
+            )
+            try:
+                async with intruder:  # leaving it closes the session it holds
+                    taken_over = intruder.session_id == session_id
+            except kz.SessionExpiredError:
+                return  # the server no longer knows the session: it is over
+            except kz.ConnectionLoss:
+                continue  # the owner took the session back first: try again
+            if not taken_over:
+                return
 
 
 def _four_letter(host: str, port: int, command: bytes) -> str:
@@ -82,21 +84,49 @@ def _four_letter(host: str, port: int, command: bytes) -> str:
     return b"".join(chunks).decode(errors="replace")
 
 
+async def _four_letter_async(host: str, port: int, command: bytes) -> str:
+    chunks = []
+    with anyio.fail_after(5):
+        async with await anyio.connect_tcp(host, port) as stream:
+            await stream.send(command)
+            try:
+                while True:
+                    chunks.append(await stream.receive())
+            except anyio.EndOfStream:
+                pass
+    return b"".join(chunks).decode(errors="replace")
+
+
+def _counters(text: str) -> dict[str, int]:
+    counters = {}
+    for line in text.splitlines():
+        name, _, value = line.partition("\t")
+        if value.strip().lstrip("-").isdigit():
+            counters[name] = int(value)
+    return counters
+
+
 def server_counters(hosts: list[tuple[str, int]]) -> list[dict[str, int]]:
-    """The numeric ``mntr`` counters of every reachable member."""
+    """The numeric ``mntr`` counters of every reachable member. Blocks."""
     members = []
     for host, port in hosts:
         try:
-            text = _four_letter(host, port, b"mntr")
+            members.append(_counters(_four_letter(host, port, b"mntr")))
         except OSError:
             continue
-        counters = {}
-        for line in text.splitlines():
-            name, _, value = line.partition("\t")
-            if value.strip().lstrip("-").isdigit():
-                counters[name] = int(value)
-        members.append(counters)
     return members
+
+
+async def notifications_sent_async(hosts: list[tuple[str, int]]) -> int:
+    """:func:`notifications_sent`, on the event loop. A checkpoint."""
+    total = 0
+    for host, port in hosts:
+        try:
+            counters = _counters(await _four_letter_async(host, port, b"mntr"))
+        except (OSError, TimeoutError):
+            continue
+        total += sum(counters.get(name, 0) for name in _WATCH_COUNTERS)
+    return total
 
 
 def notifications_sent(hosts: list[tuple[str, int]]) -> int:
@@ -116,7 +146,6 @@ class FaultHooks:
     _hosts: list[tuple[str, int]]
     _options: Options
     _paths: Paths
-    _bridge: Bridge
     _conn: Connection
     _queues: Queues
     _policy: SessionPolicy
@@ -126,11 +155,19 @@ class FaultHooks:
 
     async def _fault_expire_lease(self, lease_id: int) -> None:
         """End session *lease_id* on the server now (a second client takes it over and
-        closes it). The client learns it the way it would in production."""
+        closes it). The client learns it the way it would in production. Shielded (the
+        caller's holds may be cancelled by the session's suspension meanwhile)."""
         self._check_open()
-        password = self._conn.password if lease_id == self._conn.session_id else b""
-        auth = list(self._options.auth_data)
-        await anyio.to_thread.run_sync(expire_session, self._conn.hosts, lease_id, password, auth)
+        client = self._conn.client
+        auth = self._options.auth_data
+        with anyio.CancelScope(shield=True):
+            if client is None or client.session_id != lease_id:
+                await expire_session(self._hosts, lease_id, b"\x00" * 16, auth)
+                return
+            # The owner would take its session back from the intruder within
+            # milliseconds, before the intruder closes it: it waits until it is over.
+            with client.reconnection_held():
+                await expire_session(self._hosts, lease_id, client.password, auth)
 
     async def _fault_delete_key(self, key: str) -> None:
         """Delete *key* as another client would."""
@@ -144,18 +181,18 @@ class FaultHooks:
 
     async def _fault_wakeups(self) -> int:
         """Watch notifications sent by the ensemble so far (``mntr``)."""
-        return await anyio.to_thread.run_sync(notifications_sent, self._hosts)
+        return await notifications_sent_async(self._hosts)
 
     async def drop_connection(self) -> None:
         """Break the TCP connection now, as a network failure would (for tests).
 
-        kazoo reconnects by itself, to the same session if it is still alive; requests
-        in flight fail with a connection loss. A checkpoint: returns once the connection
-        is suspended.
+        The wire client reconnects by itself, to the same session if it is still alive;
+        requests in flight fail with a connection loss. A checkpoint: returns once the
+        connection is suspended.
         """
         self._check_open()
-        client = await self._conn.current(self._conn.timeout)
+        client = await self._conn.ready(self._conn.timeout)
         suspended = self._policy.suspended
         assert suspended is not None
-        self._bridge.submit(lambda: queue_request(client, CONNECTION_DROP, None))
+        client.drop_connection()
         await suspended.wait()

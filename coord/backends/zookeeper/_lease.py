@@ -1,6 +1,8 @@
-"""The ZooKeeper session as a coord lease, and the policy that applies kazoo's states.
+"""The ZooKeeper session as a coord lease, and the policy that applies the wire client's
+states.
 
-kazoo pings the server and reconnects by itself; coord adds what a lock needs:
+The wire client (:mod:`._wire`) pings the server and resumes its session on another
+connection by itself; coord adds what a lock needs:
 
 * **A local deadline**, as on etcd: a cheap request (``exists`` on the root) every
   ``ttl / 3``; each one answered moves the deadline to its *send* time plus the
@@ -11,12 +13,13 @@ kazoo pings the server and reconnects by itself; coord adds what a lock needs:
   dropped; the session may or may not survive) *interrupts* the lease by default
   (``suspended_is_lost=True``): every hold is void — "I cannot be sure I hold it" is
   treated as "I do not" (tolerating it is how two leaders happen, CURATOR-460) — but the
-  session itself lives on: waiters keep their place, and if kazoo reconnects to it within
+  session itself lives on: waiters keep their place, and if the client resumes it within
   the timeout nothing else is lost. With ``suspended_is_lost=False`` holds survive a short
   drop and only the deadline (or the server) ends them.
-* LOST (the server said the session expired) or reconnecting with a different session
-  id means the lease is lost. Then the session is ended (kazoo closes it if it can reach
-  a server), so that nodes nobody believes it owns do not linger.
+* LOST (the server said the session expired, or no server answered for a whole
+  negotiated timeout: Curator's client-side deadline) means the lease is lost. Then the
+  session is ended (the client closes it if it can reach a server), so that nodes nobody
+  believes it owns do not linger.
 """
 
 from __future__ import annotations
@@ -26,10 +29,10 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from kazoo.protocol.states import KazooState
 
 from ..._exceptions import SessionExpiredError
 from .._keepalive import KeptAliveLease
+from ._wire import State
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine
@@ -46,7 +49,7 @@ class ZooKeeperLease(KeptAliveLease):
 
     :param ping: sends one request on the session; returns the session timeout the
         server negotiated (seconds), or raises
-    :param end: ends the session (stops the kazoo client)
+    :param end: ends the session (closes the wire client)
     """
 
     def __init__(
@@ -110,16 +113,15 @@ class ZooKeeperLease(KeptAliveLease):
 
 
 class SessionPolicy:
-    """Applies kazoo's connection states to the current lease.
+    """Applies the wire client's connection states to the current lease.
 
-    kazoo's news arrive through :meth:`notify`, a loop callback outside any task; a task
-    (:meth:`run`) applies them, since that creates events and tasks, which anyio allows
-    only inside a task.
+    The news arrive through :meth:`notify`, from the wire client's supervisor task, which
+    must not wait on anything; a task of the backend (:meth:`run`) applies them.
 
-    :param is_current: whether news come from the client in use (not a stopped one)
+    :param is_current: whether news come from the client in use (not a replaced one)
     :param start_soon: runs a coroutine function in the backend's task group
-    :param end_session: ends the kazoo session with the given id (stops the client),
-        if it is still the client's
+    :param end_session: ends the session with the given id (closes the client), if it
+        is still the current one
     """
 
     def __init__(
@@ -135,13 +137,14 @@ class SessionPolicy:
         self._start_soon = start_soon
         self._end_session = end_session
         self.lease: ZooKeeperLease | None = None
-        self._news: deque[tuple[Any, str, int]] = deque()
+        self._news: deque[tuple[Any, State, int]] = deque()
         self._wakeup: anyio.Event | None = None
         #: Set (then replaced) at every suspension of the current client's connection.
         self.suspended: anyio.Event | None = None
 
-    def notify(self, client: Any, state: str, session_id: int) -> None:
-        """Queue a state change of *client* (on the loop, outside any task)."""
+    def notify(self, client: Any, state: State, session_id: int) -> None:
+        """Queue a state change of *client*, whose session is *session_id*. Not a
+        checkpoint."""
         self._news.append((client, state, session_id))
         if self._wakeup is not None:
             self._wakeup.set()
@@ -153,28 +156,31 @@ class SessionPolicy:
         while True:
             while self._news:
                 client, state, session_id = self._news.popleft()
-                if not self._is_current(client):
-                    continue  # news from a client that was stopped or replaced
-                if state == KazooState.SUSPENDED:
+                if state is not State.LOST and not self._is_current(client):
+                    continue  # news from a client that was closed or replaced
+                if state is State.SUSPENDED:
                     self.suspended.set()
                     self.suspended = anyio.Event()
                 self.on_state(state, session_id)
             await self._wakeup.wait()
             self._wakeup = anyio.Event()
 
-    def on_state(self, state: str, session_id: int) -> None:
-        """Called for every CONNECTED / SUSPENDED / LOST transition of the current client."""
+    def on_state(self, state: State, session_id: int) -> None:
+        """Called for every transition of the current client, and for LOST of any (the
+        lease's session may have been replaced by then)."""
         lease = self.lease
         if lease is None or lease.lost:
             return
-        if state == KazooState.CONNECTED:
+        if state is State.CLOSED:
+            return  # closed on purpose: whoever closed it has dealt with the lease
+        if state is State.CONNECTED:
             if session_id == lease.id:
                 if lease.interrupted:
                     log.info("coord: ZooKeeper session %#x resumed", lease.id)
                 lease._resume()
             else:
                 self.lose(lease, "reconnected with a new session: the old one expired")
-        elif state == KazooState.SUSPENDED:
+        elif state is State.SUSPENDED:
             if self.suspended_is_lost and not lease.interrupted:
                 log.warning(
                     "coord: ZooKeeper session %#x suspended: its holds are void "
@@ -182,8 +188,8 @@ class SessionPolicy:
                     lease.id,
                 )
                 lease._interrupt()
-        else:
-            self.lose(lease, "the server expired or closed the session")
+        elif session_id == lease.id:  # LOST
+            self.lose(lease, "the server expired the session, or none answered in time")
 
     def lose(self, lease: ZooKeeperLease, reason: str) -> None:
         """Mark *lease* lost and end its session."""

@@ -10,18 +10,17 @@
 * :class:`~coord.abc.Put` is ``setData(path, value, -1)``, or ``create`` when the node is
   missing (a multi cannot "create or set": the first answer says which to send).
 
-A multi fails as a whole, and kazoo names the operation that failed: "no node" or "bad
+A multi fails as a whole, and the answer names the operation that failed: "no node" or "bad
 version" on an Update, Remove or Check is a failed guard (None); "no node" on a Create is a
 missing parent (a container the server reaped), created before trying again; on a Put it
 means "create it" (and then "node exists" means "set it"). The new
 nodes are read once after the commit (pipelined): for their czxid, and to check that an
-ephemeral one belongs to the lease's session (kazoo may have replaced an expired session
+ephemeral one belongs to the lease's session (an expired session may have been replaced
 under us: such a node is deleted and SessionExpiredError raised).
 """
 
 from __future__ import annotations
 
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from kazoo import exceptions as kz
@@ -29,15 +28,17 @@ from kazoo import exceptions as kz
 from ..._exceptions import BackendError, SessionExpiredError
 from ...abc import Check, Create, Entry, Put, Update
 from ._queue import entry_of
+from ._wire import MultiFailed, check_op, create_op, delete_op, set_data_op
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Awaitable, Callable, Sequence
 
     from ...abc import Lease, Op
     from ._connection import Connection
     from ._nodes import Nodes
     from ._paths import Paths
     from ._queue import Queues
+    from ._wire import WireClient
 
 __all__ = ["Transactions"]
 
@@ -53,25 +54,27 @@ class Transactions:
         self._paths = paths
         self._queues = queues
 
-    def _build(self, client: Any, ops: Sequence[Op], creating: set[int]) -> Any:
-        txn = client.transaction()  # (on the submitter thread)
+    def _build(self, ops: Sequence[Op], creating: set[int]) -> list[Any]:
+        built = []
         for i, op in enumerate(ops):
             if isinstance(op, Create):
                 path = self._paths.path(op.prefix + op.waiter_id) + "-"
-                txn.create(
-                    path, op.value, self._conn.acl, ephemeral=op.lease is not None, sequence=True
+                ephemeral = op.lease is not None
+                built.append(
+                    create_op(path, op.value, self._conn.acl, ephemeral=ephemeral, sequence=True)
                 )
             elif isinstance(op, Put) and i in creating:
-                txn.create(self._paths.path(op.key), op.value, self._conn.acl)
+                built.append(create_op(self._paths.path(op.key), op.value, self._conn.acl))
             elif isinstance(op, Put):
-                txn.set_data(self._paths.path(op.key), op.value, -1)
+                built.append(set_data_op(self._paths.path(op.key), op.value, -1))
             elif isinstance(op, Check):
-                txn.check(self._paths.path(op.entry.key), -1)
+                built.append(check_op(self._paths.path(op.entry.key), -1))
             elif isinstance(op, Update):
-                txn.set_data(self._paths.path(op.entry.key), op.value, op.entry.version)
+                path = self._paths.path(op.entry.key)
+                built.append(set_data_op(path, op.value, op.entry.version))
             else:
-                txn.delete(self._paths.path(op.entry.key), op.entry.version)
-        return txn.commit_async()
+                built.append(delete_op(self._paths.path(op.entry.key), op.entry.version))
+        return built
 
     async def transact(
         self, ops: Sequence[Op], session_of: Callable[[Lease], int]
@@ -84,8 +87,7 @@ class Transactions:
         creating: set[int] = set()  # the Puts to send as creates
         for _ in range(_PARENT_ATTEMPTS):
             # Not repeated after a connection loss: BackendUnavailable (outcome unknown).
-            build = partial(self._build, ops=ops, creating=creating)
-            results = await self._conn.call("transact", build)
+            results = await self._conn.call("transact", _committing(self._build(ops, creating)))
             failed = [(i, r) for i, r in enumerate(results) if isinstance(r, Exception)]
             if not failed:
                 return await self._results(ops, results, owners)
@@ -112,7 +114,9 @@ class Transactions:
         self, ops: Sequence[Op], results: list[Any], owners: dict[int, int]
     ) -> tuple[Entry | None, ...]:
         created = {
-            i: self._paths.key(path) for i, path in enumerate(results) if isinstance(ops[i], Create)
+            i: self._paths.key(result[0])
+            for i, result in enumerate(results)
+            if isinstance(ops[i], Create)
         }
         keys = list(created.values())
         read = dict(zip(keys, await self._queues.read("", keys), strict=True))
@@ -140,3 +144,16 @@ class Transactions:
                 "ZooKeeper transaction: the session expired under it (its new nodes are gone)"
             )
         return tuple(out)
+
+
+def _committing(ops: list[Any]) -> Callable[[WireClient], Awaitable[list[Any]]]:
+    """The multi request of *ops*: its results, or, if it failed as a whole, one
+    exception per operation (the one that failed and the rolled back ones)."""
+
+    async def commit(client: WireClient) -> list[Any]:
+        try:
+            return await client.multi(ops)
+        except MultiFailed as failed:
+            return failed.results
+
+    return commit

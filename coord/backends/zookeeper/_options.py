@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
     from ..._url import ParsedURL
 
-__all__ = ["ALLOWED", "Options", "hosts_string", "url_options"]
+__all__ = ["ALLOWED", "Options", "check_hosts", "url_options"]
 
 #: Keyword options of ``coord.connect("zk://...", **options)``.
 ALLOWED = frozenset({"auth", "acl", "suspended_is_lost", "connect_timeout"})
@@ -86,10 +86,8 @@ def _check_acl(acl: object, auth_data: Sequence[tuple[str, str]]) -> tuple[Any, 
     return tuple(acl)
 
 
-def hosts_string(hosts: Sequence[tuple[str, int]], *, at_least: int = 1) -> str:
-    """kazoo's host list, ``"h1:2181,[::1]:2182"``, each host repeated so that the list
-    has at least *at_least* entries."""
+def check_hosts(hosts: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
+    """The ensemble's ``(host, port)`` pairs, as a list; at least one."""
     if not hosts:
         raise ConfigurationError("at least one ZooKeeper host is needed")
-    listed = ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in hosts)
-    return ",".join([listed] * -(-at_least // len(hosts)))
+    return list(hosts)

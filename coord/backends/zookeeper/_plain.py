@@ -43,7 +43,7 @@ class PlainKeys:
                 continue  # perhaps created: the next attempt finds it and sets it
             try:
                 stat = await self._conn.call(
-                    "set", lambda c: c.set_async(path, value, -1), retry=True
+                    "set", lambda c: c.set_data(path, value, -1), retry=True
                 )
                 return entry_of(key, value, stat)
             except kz.NoNodeError:
@@ -60,7 +60,7 @@ class PlainKeys:
             if version is None:
                 _, stat = await self._nodes.create(path, value, ephemeral=ephemeral)
             else:
-                stat = await self._conn.call("set", lambda c: c.set_async(path, value, version))
+                stat = await self._conn.call("set", lambda c: c.set_data(path, value, version))
         except (kz.NodeExistsError, kz.BadVersionError, kz.NoNodeError):
             return None
         return entry_of(key, value, stat)

@@ -21,7 +21,7 @@ children: that is the revision of a :class:`~coord.abc.Position` or
 from __future__ import annotations
 
 import logging
-from functools import partial
+from operator import methodcaller
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -49,14 +49,6 @@ log = logging.getLogger("coord.backends.zookeeper")
 _RELISTS = 10
 # Creates whose reply was lost and whose node was not found: try again this many times.
 _CREATE_ATTEMPTS = 3
-
-
-def _exists(client: Any, path: str) -> Any:
-    return client.exists_async(path)
-
-
-def _get(client: Any, path: str) -> Any:
-    return client.get_async(path)
 
 
 def _earlier_twin(children: list[str], waiter_id: str, name: str) -> bool:
@@ -89,7 +81,7 @@ class Queues:
         """The children of *node* and its pzxid, or None if it does not exist."""
         try:
             children, stat = await self._conn.call(
-                "list", lambda c: c.get_children_async(node, include_data=True), retry=True
+                "list", lambda c: c.get_children(node, include_data=True), retry=True
             )
         except kz.NoNodeError:
             return None
@@ -103,14 +95,14 @@ class Queues:
         """
         if not names:
             return []
-        client = await self._conn.current(self._conn.timeout)
         paths = [self._paths.path(prefix + name) for name in names]
-        replies = [self._conn.start(partial(client.get_async, path)) for path in paths]
         results: list[Entry | None] = []
         with anyio.move_on_after(self._conn.timeout) as budget:
+            client = await self._conn.ready(self._conn.timeout)
+            replies = [client.get_data_nowait(path) for path in paths]
             for name, path, reply in zip(names, paths, replies, strict=True):
                 try:
-                    data, stat = await reply.result()
+                    data, stat = await reply.wait()
                 except kz.NoNodeError:
                     results.append(None)
                     continue
@@ -126,7 +118,7 @@ class Queues:
 
     async def _read_one(self, path: str) -> tuple[bytes, Any] | None:
         try:
-            return await self._conn.call("get", partial(_get, path=path), retry=True)  # type: ignore[no-any-return]
+            return await self._conn.call("get", lambda c: c.get_data(path), retry=True)  # type: ignore[no-any-return]
         except kz.NoNodeError:
             return None
 
@@ -252,7 +244,7 @@ class Queues:
                     return found[0], found[1], None, {}
                 continue
             if stat.ephemeralOwner != session_id:
-                # kazoo replaced our expired session before we heard of it: this node
+                # Our expired session was replaced before we heard of it: this node
                 # belongs to a session no lease stands for.
                 await self.delete_path(path)
                 raise SessionExpiredError(f"session {session_id:#x} expired while registering")
@@ -273,7 +265,7 @@ class Queues:
             if waiter.waiter_id != waiter_id:
                 continue
             path = f"{node}/{waiter.name}"
-            stat = await self._conn.call("exists", partial(_exists, path=path), retry=True)
+            stat = await self._conn.call("exists", methodcaller("exists", path), retry=True)
             if stat is not None and stat.ephemeralOwner == session_id:
                 return waiter.name, stat
         return None
@@ -285,16 +277,14 @@ class Queues:
         woken = anyio.Event()
         # Listen first, then arm the watches (CURATOR-527).
         with self._watches.listening("data", paths, woken.set):
-            client = await self._conn.current(default_timeout)
+            client = await self._conn.ready(default_timeout)
             watcher = self._watches.data_watcher
-            replies = [
-                self._conn.start(partial(client.get_async, path, watch=watcher)) for path in paths
-            ]
-            for _path, reply in zip(paths, replies, strict=True):
+            replies = [client.get_data_nowait(path, watch=watcher) for path in paths]
+            for reply in replies:
                 try:
-                    await reply.result()
+                    await reply.wait()
                 except kz.NoNodeError:
-                    return  # gone already (kazoo registers no watcher for "no node")
+                    return  # gone already ("no node" arms no data watch)
                 except ANSWERS as exc:
                     raise self._conn.translate(exc, "watch", client) from exc
                 except Exception as exc:
@@ -312,7 +302,7 @@ class Queues:
         path = self._paths.path(key)
         armed = [on_change]
 
-        def fire() -> None:  # on the loop, maybe outside any task: call back from one
+        def fire() -> None:  # maybe in the wire client's reader: call back from our task
             stop()
             self._watches.call_in_task(call)
 
@@ -323,17 +313,20 @@ class Queues:
         def stop() -> None:
             self._watches.discard("data", path, fire)
 
-        def read(value: Any, error: BaseException | None) -> None:
+        def read(value: Any, error: BaseException | None) -> None:  # in the reader
             if error is not None:
                 fire()  # gone already, or not armed (a disconnect): re-read
 
         self._watches.add("data", path, fire)  # listen first (CURATOR-527)
         client = self._conn.client
-        if client is None:
-            fire()  # no connection: the re-read waits for one
+        try:
+            if client is None:
+                raise kz.ConnectionLoss()
+            reply = client.get_data_nowait(path, watch=self._watches.data_watcher)
+        except kz.KazooException:
+            fire()  # not connected: the re-read waits for a connection
         else:
-            request = partial(client.get_async, path, watch=self._watches.data_watcher)
-            self._conn.bridge.call(request, read)
+            reply.on_settled = read
 
         def cancel() -> None:
             armed.clear()
@@ -347,12 +340,10 @@ class Queues:
         # A data watch fires on a write as well as on the deletion. The read that arms it
         # also tells whether the node already changed since the caller's read.
         with self._watches.listening("data", [path], woken.set):
-            client = await self._conn.current(default_timeout)
-            reply = self._conn.start(
-                partial(client.get_async, path, watch=self._watches.data_watcher)
-            )
+            client = await self._conn.ready(default_timeout)
+            reply = client.get_data_nowait(path, watch=self._watches.data_watcher)
             try:
-                _, stat = await reply.result()
+                _, stat = await reply.wait()
             except kz.NoNodeError:
                 return
             except ANSWERS as exc:
@@ -371,7 +362,7 @@ class Queues:
         request was repeated (a reply lost with the connection) may mean that the first
         attempt deleted it: that is True."""
         try:
-            await self._conn.call("delete", lambda c: c.delete_async(path), retry=True)
+            await self._conn.call("delete", lambda c: c.delete(path), retry=True)
         except kz.NoNodeError as exc:
             return getattr(exc, "attempts", 1) > 1
         return True
@@ -393,11 +384,11 @@ class Queues:
     async def _delete_same(self, path: str, czxid: int) -> bool:
         # A plain key can be deleted and created again under the same name: compare the
         # creation zxid, then delete only that version.
-        stat = await self._conn.call("exists", lambda c: c.exists_async(path), retry=True)
+        stat = await self._conn.call("exists", lambda c: c.exists(path), retry=True)
         if stat is None or stat.czxid != czxid:
             return False
         try:
-            await self._conn.call("delete", lambda c: c.delete_async(path, stat.version))
+            await self._conn.call("delete", lambda c: c.delete(path, stat.version))
         except (kz.NoNodeError, kz.BadVersionError):
             return False
         return True

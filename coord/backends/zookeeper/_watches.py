@@ -1,15 +1,17 @@
-"""ZooKeeper watches, multiplexed: one kazoo watcher per kind, listeners per path.
+"""ZooKeeper watches, multiplexed: one wire watch callback per kind, listeners per path.
 
-kazoo keeps a set of watcher callables per path and calls each once when the watch
-fires. Passing it the same callable every time (one per kind, for the whole backend)
-means a path carries at most one kazoo watcher and one server watch however many tasks
-wait on it; the listeners live here, on the event loop, and cost no task and no thread.
+The wire client keeps a set of watch callbacks per path and calls each once when the
+watch fires, from its reader task. Passing it the same callable every time (one per
+kind, for the whole backend) means a path carries at most one callback and one server
+watch however many tasks wait on it; the listeners live here and cost no task.
 
 Listeners are registered *before* the request that arms the watch (CURATOR-527), so an
-event that fires between the two is never lost. A disconnect kills every server watch:
-kazoo then fires every watcher with an event of type NONE, and every listener is woken
-to re-check. A listener that is removed before its watch fires leaves at most the shared
-callable in kazoo's table, which does nothing when the watch eventually fires.
+event that fires between the two is never lost. The wire client keeps its watches
+across a resumed session (SetWatches) and fires them with an event of type NONE only
+when the session ends; the backend still wakes every listener when the connection is
+SUSPENDED or LOST (:meth:`WatchRegistry.wake_all`), so that waiters re-check what they
+wait for. A listener that is removed before its watch fires leaves at most the shared
+callable in the wire client's table, which does nothing when the watch fires.
 """
 
 from __future__ import annotations
@@ -25,8 +27,6 @@ from kazoo.protocol.states import EventType
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
 
-    from ._bridge import Bridge
-
 __all__ = ["Kind", "WatchRegistry"]
 
 log = logging.getLogger("coord.backends.zookeeper")
@@ -37,15 +37,15 @@ Kind = Literal["data", "children"]
 class WatchRegistry:
     """Listeners per ``(kind, path)``, woken on the event loop when a watch fires."""
 
-    def __init__(self, bridge: Bridge) -> None:
-        self._bridge = bridge
+    def __init__(self) -> None:
         self._listeners: defaultdict[tuple[Kind, str], set[Callable[[], None]]] = defaultdict(set)
         self._calls: deque[Callable[[], None]] = deque()  # for run(), in a task
         self._called: anyio.Event | None = None
 
     def call_in_task(self, func: Callable[[], None]) -> None:
-        """Call *func* soon from :meth:`run`'s task (a guard's callback may start a task,
-        which a loop callback, outside any task, cannot). Not a checkpoint."""
+        """Call *func* soon from :meth:`run`'s task (a guard's callback may start a task
+        in the backend's task group: not from the wire client's reader, which must not
+        wait on anything). Not a checkpoint."""
         self._calls.append(func)
         if self._called is not None:
             self._called.set()
@@ -65,15 +65,13 @@ class WatchRegistry:
                     log.exception("coord: a ZooKeeper watch callback failed")
             await self._called.wait()
 
-    # The callables handed to kazoo (run on kazoo's callback thread: they must not block).
+    # The callbacks handed to the wire client (run in its reader task: they never block).
 
     def data_watcher(self, event: Any) -> None:
-        self._bridge.to_loop(self._fire, "data", event.type, event.path)
+        self._fire("data", event.type, event.path)
 
     def children_watcher(self, event: Any) -> None:
-        self._bridge.to_loop(self._fire, "children", event.type, event.path)
-
-    # On the event loop.
+        self._fire("children", event.type, event.path)
 
     @contextmanager
     def listening(
@@ -102,7 +100,8 @@ class WatchRegistry:
                 del self._listeners[(kind, path)]
 
     def wake_all(self) -> None:
-        """Wake every listener: their watches are gone (disconnect, client replaced)."""
+        """Wake every listener, to re-check: the connection dropped, the session ended or
+        the client was replaced."""
         for listeners in list(self._listeners.values()):
             for wake in list(listeners):
                 wake()

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 import anyio
 from anyio.abc import SocketAttribute
-from kazoo.client import KazooClient
 
 from coord.backends.zookeeper import ZooKeeperBackend
+from coord.backends.zookeeper._wire import WireClient
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Sequence
+
     from anyio.abc import SocketStream, TaskStatus
 
     import coord
@@ -22,24 +25,15 @@ def backend_of(client: coord.Client) -> ZooKeeperBackend:
     return backend
 
 
-async def raw_client(endpoint: str, **options: Any) -> KazooClient:
-    """A plain kazoo client (started in a thread: kazoo blocks), to look at the tree
-    the way another program would."""
-
-    def start() -> KazooClient:
-        client = KazooClient(hosts=endpoint, **options)
-        client.start(timeout=10)
-        return client
-
-    return await anyio.to_thread.run_sync(start)
-
-
-async def stop(client: KazooClient) -> None:
-    def stop_and_close() -> None:
-        client.stop()
-        client.close()
-
-    await anyio.to_thread.run_sync(stop_and_close)
+@asynccontextmanager
+async def raw_client(
+    endpoint: str, auth: Sequence[tuple[str, str]] = ()
+) -> AsyncIterator[WireClient]:
+    """A plain ZooKeeper client of its own session, to look at the tree the way another
+    program would."""
+    host, _, port = endpoint.rpartition(":")
+    async with WireClient([(host, int(port))], session_timeout=10, auth=auth) as client:
+        yield client
 
 
 CREATE2 = 15  # ZooKeeper's opcode of a create that returns the node's stat

@@ -3,7 +3,6 @@ leases, plain keys, trio, and what it leaves behind."""
 
 from __future__ import annotations
 
-import threading
 import uuid
 from typing import TYPE_CHECKING
 
@@ -15,7 +14,7 @@ from coord.abc import ChangeKind, Entry
 from coord.backends.zookeeper import ZooKeeperBackend
 from coord.testing import ZooKeeperServer, drop_key, wait_for_waiters
 
-from ._support import backend_of, raw_client, stop
+from ._support import backend_of, raw_client
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -39,8 +38,7 @@ async def test_waiter_node_layout_and_fence(
     """``/<chroot>/<name>/@w<guid>-<10-digit seq>`` (``w``: an exclusive waiter),
     ephemeral, owned by the session; the fence is the node's czxid (global), not its
     sequence number (per parent)."""
-    observer = await raw_client(zookeeper_server.endpoint)
-    try:
+    async with raw_client(zookeeper_server.endpoint) as observer:
         async with coord.connect(zookeeper_url, ttl=5) as client:
             async with client.mutex("orders/42") as hold:
                 prefix, _, name = hold.key.rpartition("/")
@@ -51,14 +49,12 @@ async def test_waiter_node_layout_and_fence(
                 assert len(sequence) == 10
                 assert sequence.isdigit()
                 path = f"/{_chroot(zookeeper_url)}/{hold.key}"
-                _, stat = await anyio.to_thread.run_sync(observer.get, path)
+                _, stat = await observer.get_data(path)
                 assert hold.fence == stat.czxid << 16  # czxid << 16 | seq (0: strict)
                 assert stat.ephemeralOwner == client.session.lease.id
             async with client.mutex("orders/43") as other:
                 assert other.key.endswith("-0000000000")  # a new parent: sequence restarts
                 assert other.fence > hold.fence  # ... the fence does not
-    finally:
-        await stop(observer)
 
 
 async def test_empty_lock_parents_are_removed(
@@ -66,20 +62,17 @@ async def test_empty_lock_parents_are_removed(
 ) -> None:
     """Lock parents are container nodes: the server deletes them once empty (checked
     every second by the test server), so they never pile up."""
-    observer = await raw_client(zookeeper_server.endpoint)
     parent = f"/{_chroot(zookeeper_url)}/reaped"
-    try:
+    async with raw_client(zookeeper_server.endpoint) as observer:
         async with coord.connect(zookeeper_url, ttl=5) as client:
             async with client.mutex("reaped"):
-                assert await anyio.to_thread.run_sync(observer.exists, parent)
+                assert await observer.exists(parent)
             with anyio.fail_after(10):
                 # Polled: the server reaps containers on a timer, and says nothing.
-                while await anyio.to_thread.run_sync(observer.exists, parent):  # noqa: ASYNC110
+                while await observer.exists(parent):  # noqa: ASYNC110
                     await anyio.sleep(0.1)
             async with client.mutex("reaped"):  # and it comes back when needed
                 pass
-    finally:
-        await stop(observer)
 
 
 async def test_watch_from_a_revision_with_a_gap_says_resync(
@@ -204,16 +197,3 @@ async def test_runs_on_trio(zookeeper_url: str) -> None:
             async with a.mutex("trio") as hold:
                 await drop_key(b, hold.key)
                 await anyio.sleep_forever()
-
-
-async def test_closing_leaves_no_thread_behind(zookeeper_url: str) -> None:
-    def ours() -> list[str]:
-        names = [t.name for t in threading.enumerate()]
-        return [
-            n for n in names if "coord-zookeeper" in n or "zk_loop" in n or "_thread_worker" in n
-        ]
-
-    assert ours() == []
-    async with coord.connect(zookeeper_url, ttl=5) as client, client.mutex("threads"):
-        assert ours()
-    assert ours() == []

@@ -16,10 +16,10 @@ import coord
 from coord.abc import Entry, Position
 from coord.testing import ZooKeeperServer, drop_key, wait_for_waiters
 
-from ._support import CREATE2, Proxy, backend_of, raw_client, stop
+from ._support import CREATE2, Proxy, backend_of, raw_client
 
 if TYPE_CHECKING:
-    from kazoo.client import KazooClient
+    from coord.backends.zookeeper._wire import WireClient
 
 pytestmark = [pytest.mark.anyio, pytest.mark.zookeeper]
 
@@ -33,8 +33,7 @@ async def test_lost_create_reply_adopts_the_node(
     caplog.set_level(logging.INFO, logger="coord.backends.zookeeper")
     chroot = zookeeper_url.rsplit("/", 1)[1]
     proxy = Proxy(zookeeper_server.port)
-    observer = await raw_client(zookeeper_server.endpoint)
-    try:
+    async with raw_client(zookeeper_server.endpoint) as observer:
         async with anyio.create_task_group() as network:
             await network.start(proxy.serve)
             url = f"zk://127.0.0.1:{proxy.port}/{chroot}"
@@ -66,21 +65,15 @@ async def test_lost_create_reply_adopts_the_node(
                 assert "adopted" in caplog.text
                 assert not lease.lost
             network.cancel_scope.cancel()
-    finally:
-        await stop(observer)
 
 
-async def _until_created(observer: KazooClient, parent: str, waiter_id: str) -> None:
+async def _until_created(observer: WireClient, parent: str, waiter_id: str) -> None:
     # Polls (a test may): the node appears on the server while its reply is swallowed.
     while True:
-        children = await anyio.to_thread.run_sync(_children, observer, parent)
+        children = await observer.get_children(parent) if await observer.exists(parent) else []
         if any(name.startswith(waiter_id) for name in children):
             return
         await anyio.sleep(0.02)
-
-
-def _children(observer: KazooClient, parent: str) -> list[str]:
-    return list(observer.get_children(parent)) if observer.exists(parent) else []
 
 
 async def test_a_node_with_my_guid_is_adopted_only_from_my_session(zookeeper_url: str) -> None:

@@ -1,5 +1,5 @@
 """The ZooKeeper backend's pure parts, without a server: error translation, node names,
-paths, the host list given to kazoo, and ZooKeeperServer's missing-install error."""
+paths, and ZooKeeperServer's missing-install error."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from kazoo import exceptions as kz
 
 import coord
 from coord.backends.zookeeper._errors import translate
-from coord.backends.zookeeper._options import hosts_string
 from coord.backends.zookeeper._paths import Paths, parse_waiter, waiter_names
 from coord.testing import ServerNotFound, ZooKeeperServer
 
@@ -70,13 +69,6 @@ def test_paths_under_a_root() -> None:
         "/app/prod/orders/42",
     ]
     assert Paths("").path("orders") == "/orders"
-
-
-def test_short_host_lists_are_repeated_for_kazoo() -> None:
-    assert hosts_string([("h", 2181)]) == "h:2181"
-    assert hosts_string([("h", 2181)], at_least=3) == "h:2181,h:2181,h:2181"
-    assert hosts_string([("a", 1), ("::1", 2)], at_least=3) == "a:1,[::1]:2,a:1,[::1]:2"
-    assert hosts_string([("a", 1), ("b", 2), ("c", 3)], at_least=3) == "a:1,b:2,c:3"
 
 
 def test_a_missing_zookeeper_is_server_not_found() -> None:

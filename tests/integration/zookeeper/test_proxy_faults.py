@@ -1,6 +1,6 @@
 """Faults between one client and ZooKeeper, injected with coord.testing.TcpProxy; and what
-they log: kazoo's connection chatter is folded into coord's lines, so an outage of a few
-seconds, in which kazoo retries many times, shows as a handful of lines, not dozens."""
+they log: an outage of a few seconds, in which the client retries many times, shows as a
+handful of lines, not dozens (each failed attempt is logged at DEBUG only)."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ async def test_a_holder_stalled_past_its_ttl_gets_lock_lost(
 async def test_an_outage_is_a_few_lines_with_a_count(
     proxy: TcpProxy, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG)  # everything, kazoo's own lines too
+    caplog.set_level(logging.DEBUG)  # everything, each connection attempt too
     url = f"zk://{proxy.endpoint}/{fresh_namespace()}"
     async with coord.connect(url, ttl=10) as client:
         caplog.clear()
@@ -94,17 +94,15 @@ async def test_an_outage_is_a_few_lines_with_a_count(
             await client.session.lease.wait_resumed()  # the same session, back
         assert not client.session.lost
         records = list(caplog.records)
-    kazoo = [r for r in records if r.name.startswith("kazoo")]
-    failed = [r for r in kazoo if r.getMessage().startswith("Connection dropped")]
-    assert len(failed) >= 3, [r.getMessage() for r in kazoo]  # kazoo did retry, quietly:
+    failed = [r for r in records if r.getMessage().startswith("coord: connecting to ZooKeeper")]
+    assert len(failed) >= 3, [r.getMessage() for r in records]  # it did retry, quietly:
     assert all(r.levelno == logging.DEBUG for r in failed)
     visible = [f"{r.levelname} {r.getMessage()}" for r in records if r.levelno >= logging.INFO]
     assert len(visible) <= 6, visible
     lost = [line for line in visible if "connection to ZooKeeper" in line and "lost" in line]
-    assert lost == [
-        f"WARNING coord: connection to ZooKeeper {url} lost "
-        f"({failed[0].getMessage().removeprefix('Connection dropped: ')}); retrying"
-    ], visible
+    assert len(lost) == 1, visible
+    assert lost[0].startswith(f"WARNING coord: connection to ZooKeeper {url} lost (")
+    assert lost[0].endswith("); retrying")
     back = [line for line in visible if "is back after" in line]
     assert len(back) == 1, visible
     assert f"({len(failed)} failed attempts)" in back[0], (back, len(failed))

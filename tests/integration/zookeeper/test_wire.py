@@ -43,12 +43,6 @@ pytestmark = [pytest.mark.anyio, pytest.mark.zookeeper]
 Hosts = list[tuple[str, int]]
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Both event loops (the directory's conftest pins asyncio: kazoo's bridge)."""
-    return str(request.param)
-
-
 @pytest.fixture
 def hosts(zookeeper_url: str) -> Hosts:
     netloc = urlsplit(zookeeper_url).netloc

@@ -7,7 +7,8 @@ package owns what kazoo's connection thread did: framing and xid order
 and watch re-registration (:mod:`._session`, :mod:`._watches`), and the request API
 (:mod:`._client`).
 
-Standalone for now: the backend still runs on kazoo's client (:mod:`.._connection`).
+The ZooKeeper backend runs on it: one :class:`WireClient` per session
+(:mod:`.._connection`).
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ from __future__ import annotations
 from ._client import WireClient
 from ._errors import MultiFailed, ProtocolError
 from ._ops import check_op, create_op, delete_op, set_data_op
+from ._pending import Reply
 from ._session import State, StateListener
 from ._watches import WatchCallback, Watcher
 
 __all__ = [
     "MultiFailed",
     "ProtocolError",
+    "Reply",
     "State",
     "StateListener",
     "WatchCallback",

@@ -8,9 +8,13 @@ Example::
         data, stat = await zk.get_data(path, watch=watcher)
         event = await watcher.wait()
 
-Every request method is a checkpoint. A request sent while the connection is down
-waits for the session to resume (bound it with ``fail_after``); one in flight when the
-connection drops raises ``ConnectionLoss``: the server may or may not have applied it.
+Every request method is a checkpoint, except the ``*_nowait`` ones: they send at once
+(the session must be connected: see :meth:`WireClient.wait_connected`) and return a
+:class:`~._pending.Reply` to await later, or to give a callback, so that a batch of
+requests goes out in one round trip without a task per request. A request sent while
+the connection is down waits for the session to resume (bound it with ``fail_after``);
+one in flight when the connection drops raises ``ConnectionLoss``: the server may or
+may not have applied it.
 A cancelled request stops waiting for its answer; the server may still apply it. Errors
 are kazoo's exception classes (see :mod:`._errors`).
 """
@@ -42,11 +46,12 @@ from ._session import Session, State
 from ._watches import Arming, Kind, Watches
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
     from types import TracebackType
 
     from kazoo.protocol.states import ZnodeStat
 
+    from ._pending import Reply
     from ._session import StateListener
     from ._watches import WatchCallback
 
@@ -122,19 +127,24 @@ class WireClient(AsyncResource):
         self._stack = stack
         return self
 
-    async def __aexit__(
+    async def __aexit__(  # type: ignore[override]  # (True: our own cancellation ended)
         self,
         exc_type: type[BaseException] | None,
         exc_val: BaseException | None,
         exc_tb: TracebackType | None,
-    ) -> None:
-        """:meth:`aclose`, then wait for the client's tasks to end."""
+    ) -> bool | None:
+        """:meth:`aclose`, then wait for the client's tasks to end. The body runs in
+        the client's task group: an ``aclose()`` from another task cancels it (that
+        cancellation ends here, as a task group's own does)."""
         await self.aclose()
         stack, self._stack = self._stack, None
         if stack is not None:
             # (Not shielded: the tasks are cancelled already and close their socket
             # shielded; the task group was entered outside any scope of ours.)
-            await stack.aclose()
+            if isinstance(exc_val, anyio.get_cancelled_exc_class()):
+                return await stack.__aexit__(exc_type, exc_val, exc_tb)
+            await stack.aclose()  # (any other exception propagates as it is)
+        return None
 
     async def aclose(self) -> None:
         """Close the session: send CloseSession (waiting up to 2 s for its answer,
@@ -187,6 +197,50 @@ class WireClient(AsyncResource):
         """The last zxid seen in an answer."""
         return self._session.last_zxid
 
+    @property
+    def connected(self) -> bool:
+        """Whether the session has an open connection now (requests go out at once)."""
+        return self._session.current is not None
+
+    @property
+    def dial_failures(self) -> int:
+        """Connection attempts that failed before the current connection was opened (or,
+        while disconnected, since the last one dropped)."""
+        return self._session.dial_failures
+
+    @property
+    def last_error(self) -> BaseException | None:
+        """Why the last connection ended (None if none did)."""
+        return self._session.last_error
+
+    async def wait_connected(self) -> None:
+        """Return once the session has an open connection. A checkpoint only if it waits
+        (bound it with ``fail_after``).
+
+        :raises kazoo.exceptions.SessionExpiredError: the session is lost
+        :raises kazoo.exceptions.ConnectionClosedError: the client is closed
+        """
+        if self._session.current is None:
+            await self._session.connection()
+
+    def drop_connection(self) -> None:
+        """Break the connection as a network failure would (for fault injection): the
+        session is SUSPENDED, then resumed on a new connection. Not a checkpoint."""
+        conn = self._session.current
+        if conn is not None:
+            conn.drop(kz.ConnectionLoss("the connection was dropped on purpose"))
+
+    @contextlib.contextmanager
+    def reconnection_held(self) -> Iterator[None]:
+        """Within the block, a dropped connection is not replaced (for fault injection:
+        a session expired meanwhile is then found expired, not taken back). The
+        session's deadline still runs."""
+        self._session.hold()
+        try:
+            yield
+        finally:
+            self._session.release()
+
     def add_listener(self, listener: StateListener) -> None:
         """Call *listener* with each new :class:`State`, on the event loop."""
         self._session.add_listener(listener)
@@ -210,9 +264,10 @@ class WireClient(AsyncResource):
 
         :raises kazoo.exceptions.NodeExistsError, NoNodeError: (no parent), ...
         """
-        op = create_op(path, data, acl, ephemeral=ephemeral, sequence=sequence, container=container)
-        created, stat = await self._call(with_path(op, self._path(path)))
-        return self._unchroot(created), stat
+        await self.wait_connected()
+        options = {"ephemeral": ephemeral, "sequence": sequence, "container": container}
+        created: tuple[str, ZnodeStat] = await self.create_nowait(path, data, acl, **options).wait()
+        return created
 
     async def delete(self, path: str, version: int = -1) -> None:
         """Delete a node (at *version* only, unless -1)."""
@@ -273,6 +328,51 @@ class WireClient(AsyncResource):
             raise MultiFailed(results)
         return [self._multi_result(op, r) for op, r in zip(ops, results, strict=True)]
 
+    # -- requests sent without waiting ---------------------------------------------------
+
+    def get_data_nowait(self, path: str, watch: WatchCallback | None = None) -> Reply:
+        """:meth:`get_data`, sent now; the Reply settles with ``(data, stat)``. Not a
+        checkpoint.
+
+        :raises kazoo.exceptions.ConnectionLoss: the session is not connected now
+        """
+        full = self._path(path)
+        reply = self._send(GetData(full, watch is not None), full, watch)
+        reply.convert = _data_and_stat
+        return reply
+
+    def get_children_nowait(self, path: str, watch: WatchCallback | None = None) -> Reply:
+        """:meth:`get_children` with ``include_data``, sent now; the Reply settles with
+        ``(children, stat)``. Not a checkpoint.
+
+        :raises kazoo.exceptions.ConnectionLoss: the session is not connected now
+        """
+        full = self._path(path)
+        return self._send(GetChildren2(full, watch is not None), full, watch, Kind.CHILD)
+
+    def create_nowait(
+        self, path: str, data: bytes = b"", acl: Sequence[Any] | None = None, **options: bool
+    ) -> Reply:
+        """:meth:`create` (same keyword options), sent now; the Reply settles with
+        ``(path, stat)``. Not a checkpoint.
+
+        :raises kazoo.exceptions.ConnectionLoss: the session is not connected now
+        """
+        op = create_op(path, data, acl, **options)
+        reply = self._send(with_path(op, self._path(path)))
+        reply.convert = lambda created: (self._unchroot(created[0]), created[1])
+        return reply
+
+    def _send(
+        self,
+        request: Any,
+        path: str = "",
+        watch: WatchCallback | None = None,
+        kind: Kind = Kind.DATA,
+    ) -> Reply:
+        arming = Arming(path, kind, watch) if watch is not None else None
+        return self._session.connection_nowait().submit(request, arming)
+
     def _multi_result(self, op: Any, result: Any) -> Any:
         if op.type not in _CREATES:
             return result
@@ -288,11 +388,8 @@ class WireClient(AsyncResource):
         watch: WatchCallback | None = None,
         kind: Kind = Kind.DATA,
     ) -> Any:
-        conn = self._session.current
-        if conn is None:
-            conn = await self._session.connection()
-        arming = Arming(path, kind, watch) if watch is not None else None
-        return await conn.submit(request, arming).wait()
+        await self.wait_connected()
+        return await self._send(request, path, watch, kind).wait()
 
     # -- chroot --------------------------------------------------------------------------
 
@@ -308,6 +405,11 @@ class WireClient(AsyncResource):
         if not chroot or not path.startswith(chroot):
             return path
         return path[len(chroot) :] or "/"
+
+
+def _data_and_stat(value: tuple[bytes | None, ZnodeStat]) -> tuple[bytes, ZnodeStat]:
+    data, stat = value
+    return (data if data is not None else b""), stat
 
 
 def _closed() -> BaseException:

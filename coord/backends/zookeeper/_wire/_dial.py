@@ -9,6 +9,7 @@ deadline.
 
 from __future__ import annotations
 
+import logging
 import random
 import struct
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
     from anyio.abc import SocketStream
 
 __all__ = ["MAX_BACKOFF", "Dialer", "Opened", "open_connection"]
+
+log = logging.getLogger("coord.backends.zookeeper")
 
 #: The longest pause between two rounds of connection attempts (seconds).
 MAX_BACKOFF = 1.0
@@ -68,6 +71,8 @@ class Dialer:
 
     :ivar failure: why the last attempt failed (for the error of a session that could
         not be opened)
+    :ivar failures: attempts that failed in the current (or last) :meth:`dial`; each
+        is logged at DEBUG only (the caller says what an outage means)
     """
 
     def __init__(self, hosts: Sequence[tuple[str, int]]) -> None:
@@ -76,6 +81,7 @@ class Dialer:
         self.hosts = list(hosts)
         self._next = random.randrange(len(self.hosts))
         self.failure: BaseException | None = None
+        self.failures = 0
 
     def __str__(self) -> str:
         return ",".join(f"{host}:{port}" for host, port in self.hosts)
@@ -88,6 +94,7 @@ class Dialer:
             connection is closed); it may raise, which ends the dialing
         """
         backoff = _FIRST_BACKOFF
+        self.failures = 0
         while True:
             for _ in self.hosts:
                 host, port = self.hosts[self._next]
@@ -96,7 +103,7 @@ class Dialer:
                 if opened is not None and await _judged(opened, accept):
                     return opened
                 if opened is not None:
-                    self.failure = ProtocolError(f"{host}:{port} refused (read-only)")
+                    self._failed(host, port, ProtocolError(f"{host}:{port} is read-only"))
             await anyio.sleep(backoff * random.uniform(0.5, 1.0))
             backoff = min(backoff * 2, MAX_BACKOFF)
 
@@ -105,8 +112,13 @@ class Dialer:
             with anyio.fail_after(attempt):
                 return await open_connection(host, port, connect)
         except _FAILURES as exc:
-            self.failure = exc
+            self._failed(host, port, exc)
             return None
+
+    def _failed(self, host: str, port: int, error: BaseException) -> None:
+        self.failure = error
+        self.failures += 1
+        log.debug("coord: connecting to ZooKeeper %s:%s failed: %r", host, port, error)
 
 
 async def _judged(opened: Opened, accept: Callable[[Any], bool]) -> bool:

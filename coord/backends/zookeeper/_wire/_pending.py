@@ -9,6 +9,7 @@ dropped, so the replies after it still match.
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -23,24 +24,42 @@ if TYPE_CHECKING:
 
 __all__ = ["InFlight", "Reply", "Sent"]
 
+log = logging.getLogger("coord.backends.zookeeper")
+
 _MAX_XID = 2**31 - 1
 
 
 class Reply:
-    """The outcome of one request, settled once by the connection's reader."""
+    """The outcome of one request, settled once by the connection's reader.
 
-    __slots__ = ("_error", "_event", "_value")
+    :ivar convert: applied to the value when it is settled (a chroot stripped...)
+    :ivar on_settled: called as ``on_settled(value, error)`` when it is settled, in the
+        task that settles it (the reader): it must not block or await. A failing
+        callback is logged, never raised into the reader.
+    """
+
+    __slots__ = ("_error", "_event", "_value", "convert", "on_settled")
 
     def __init__(self) -> None:
         self._event = anyio.Event()
         self._value: Any = None
         self._error: BaseException | None = None
+        self.convert: Callable[[Any], Any] | None = None
+        self.on_settled: Callable[[Any, BaseException | None], object] | None = None
 
     def settle(self, value: Any = None, error: BaseException | None = None) -> None:
         """Record the outcome (later calls are ignored). Not a checkpoint."""
-        if not self._event.is_set():
-            self._value, self._error = value, error
-            self._event.set()
+        if self._event.is_set():
+            return
+        if error is None and self.convert is not None:
+            value = self.convert(value)
+        self._value, self._error = value, error
+        self._event.set()
+        if self.on_settled is not None:
+            try:
+                self.on_settled(value, error)
+            except Exception:
+                log.exception("coord: a ZooKeeper reply callback failed")
 
     @property
     def settled(self) -> bool:

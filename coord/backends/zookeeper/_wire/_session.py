@@ -103,6 +103,11 @@ class Session:
         #: Set by the client before it closes the session: a drop is then no news.
         self.closing = False
         self._heard = anyio.current_time()
+        #: Reconnection is held off while this is above 0 (fault injection: see
+        #: :meth:`hold`); the session's deadline still runs.
+        self.held = 0
+        #: Why the last connection ended (None until one did).
+        self.last_error: BaseException | None = None
         self._started: TaskStatus[None] | None = None
 
     @property
@@ -122,6 +127,26 @@ class Session:
     def remove_listener(self, listener: StateListener) -> None:
         self._listeners.remove(listener)
 
+    def connection_nowait(self) -> Connection:
+        """The open connection. Not a checkpoint.
+
+        :raises kazoo.exceptions.ConnectionLoss: the session is not connected now
+        :raises kazoo.exceptions.SessionExpiredError: the session is lost
+        :raises kazoo.exceptions.ConnectionClosedError: the client is closed
+        """
+        conn = self.current
+        if conn is not None:
+            return conn
+        if self._ended is not None:
+            raise self._ended()
+        raise kz.ConnectionLoss("not connected to ZooKeeper (the session is suspended)")
+
+    @property
+    def dial_failures(self) -> int:
+        """Connection attempts that failed before the current connection (or since the
+        last one)."""
+        return self._dialer.failures
+
     async def connection(self) -> Connection:
         """The open connection, once there is one. A checkpoint if it waits.
 
@@ -135,6 +160,15 @@ class Session:
             if self._ended is not None:
                 raise self._ended()
             await self._changed.wait()
+
+    def hold(self) -> None:
+        """Hold off reconnecting (until :meth:`release`). Not a checkpoint."""
+        self.held += 1
+
+    def release(self) -> None:
+        self.held -= 1
+        changed, self._changed = self._changed, anyio.Event()
+        changed.set()
 
     # -- transitions -----------------------------------------------------------------------
 
@@ -196,6 +230,8 @@ class Session:
             opened = None
             deadline = first_deadline if opening else self._heard + self.negotiated_timeout
             with anyio.CancelScope(deadline=deadline):
+                while self.held:
+                    await self._changed.wait()
                 opened = await self._dialer.dial(
                     self._connect_request(), attempt=self._attempt_timeout(), accept=self._accept
                 )
@@ -248,6 +284,7 @@ class Session:
                     self._started.started()
                     self._started = None
         self._heard, self._last_zxid = conn.last_heard, conn.last_zxid
+        self.last_error = conn.error
         if self._conn is conn:
             self._conn = None
         if self._ended is None and not self.closing and self.state is State.CONNECTED:
