@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from coord.testing import EtcdServer, ServerTLS
+from coord.testing import EtcdServer, ServerTLS, TcpProxy
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -17,6 +17,13 @@ if TYPE_CHECKING:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"  # aetcd's gRPC is asyncio-only
+
+
+@pytest.fixture
+def proxy(etcd_server: EtcdServer) -> Iterator[TcpProxy]:
+    """A TCP proxy in front of the test's etcd, to cut clients off and let them back."""
+    with TcpProxy(etcd_server.client_port) as proxy:
+        yield proxy
 
 
 def _openssl(*args: str, cwd: Path) -> None:

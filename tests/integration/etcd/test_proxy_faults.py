@@ -18,17 +18,9 @@ from coord.testing.pytest_plugin import fresh_namespace
 from .._stall import holder_stalled_past_its_ttl
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     from coord.testing import EtcdServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.etcd]
-
-
-@pytest.fixture
-def proxy(etcd_server: EtcdServer) -> Iterator[TcpProxy]:
-    with TcpProxy(etcd_server.client_port) as proxy:
-        yield proxy
 
 
 async def _keys(client: coord.Client, name: str) -> list[str]:

@@ -11,21 +11,12 @@ import pytest
 
 import coord
 from coord.backends.etcd import EtcdBackend
-from coord.testing import TcpProxy
 from coord.testing.pytest_plugin import fresh_namespace
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
-    from coord.testing import EtcdServer
+    from coord.testing import EtcdServer, TcpProxy
 
 pytestmark = [pytest.mark.anyio, pytest.mark.etcd]
-
-
-@pytest.fixture
-def proxy(etcd_server: EtcdServer) -> Iterator[TcpProxy]:
-    with TcpProxy(etcd_server.client_port) as proxy:
-        yield proxy
 
 
 def _backend(client: coord.Client) -> EtcdBackend:
