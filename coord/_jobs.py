@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._checks import check_bytes
 from ._exceptions import ConfigurationError
+from ._keys import waiter_id_of
 
 if TYPE_CHECKING:
     from ._hold import Hold
@@ -110,8 +111,7 @@ class State:
 
 def id_of(key: str) -> str:
     """The job id in an entry key ``.../@j<id>[-<sequence>]`` (also claims, ``@c``)."""
-    last = key.rpartition("/")[2]
-    return last[2:].partition("-")[0]
+    return waiter_id_of(key)[2:].partition("-")[0]
 
 
 def cut_error(error: str) -> str:

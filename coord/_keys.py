@@ -33,6 +33,8 @@ __all__ = [
     "names_of",
     "new_waiter_id",
     "prefix_of",
+    "split_order",
+    "waiter_id_of",
 ]
 
 #: First character of every waiter id; never the first character of a name segment.
@@ -94,13 +96,40 @@ def new_waiter_id() -> str:
     return f"{EXCLUSIVE_MARK}{uuid.uuid4().hex}"
 
 
+#: Hex digits of the order number that the etcd backend puts at the start of a waiter
+#: key's last segment, before the waiter id: ``@<order>@w...`` (key order is queue order).
+ORDER_DIGITS = 16
+_ORDERED = re.compile(rf"@[0-9a-f]{{{ORDER_DIGITS}}}(?=@)")
+
+
+def split_order(key: str) -> tuple[int | None, str]:
+    """The order number (None if the key has none) and the waiter id of a waiter key."""
+    last = key.rpartition("/")[2]
+    found = _ORDERED.match(last)
+    if found is None:
+        return None, last
+    return int(last[1 : found.end()], 16), last[found.end() :]
+
+
+def waiter_id_of(key: str) -> str:
+    """The waiter id a waiter key was registered with (plus the sequence suffix a
+    ZooKeeper name ends with): its last segment, without etcd's order number. Select
+    waiters by kind with ``waiter_id_of(key).startswith(kind)``."""
+    return split_order(key)[1]
+
+
+def _is_waiter_segment(last: str) -> bool:
+    # A bare mark is no waiter: it is the etcd backend's queue tail (see its _queue).
+    return last.startswith(WAITER_MARK) and last != WAITER_MARK
+
+
 def is_waiter(key: str, prefix: str | None = None) -> bool:
     """Whether *key* is a waiter key (of *prefix*, if given): its last segment starts
     with ``@``."""
     parent, _, last = key.rpartition("/")
     if prefix is not None and parent + "/" != prefix:
         return False
-    return last.startswith(WAITER_MARK)
+    return _is_waiter_segment(last)
 
 
 def check_plain_key(key: str, what: str) -> None:
@@ -120,7 +149,7 @@ def names_of(keys: Iterable[str], prefix: str) -> list[str]:
     names = set()
     for key in keys:
         name, _, last = key.rpartition("/")
-        if last.startswith(WAITER_MARK) and (
+        if _is_waiter_segment(last) and (
             not prefix or name == prefix or name.startswith(prefix + "/")
         ):
             names.add(name)

@@ -133,7 +133,7 @@ class TaskLock:
             counted = [
                 e
                 for e in entries[:index]
-                if rule.kind is None or e.key.rpartition("/")[2].startswith(rule.kind)
+                if rule.kind is None or _keys.waiter_id_of(e.key).startswith(rule.kind)
             ]
             waiters.append(Waiter._of(entry, len(counted) < rule.limit))
         return waiters

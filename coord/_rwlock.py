@@ -45,7 +45,7 @@ class RWLockSide(TaskLock):
     _mark = ""
 
     def _rule_for(self, entry: Entry) -> Rule:
-        reader = entry.key.rpartition("/")[2].startswith(_READER)
+        reader = _keys.waiter_id_of(entry.key).startswith(_READER)
         return _READ_RULE if reader else EXCLUSIVE
 
     def __repr__(self) -> str:

@@ -54,8 +54,11 @@ class Entry:
 
     :ivar key: the key, relative to the namespace
     :ivar value: its value
-    :ivar revision: creation order, strictly increasing over the whole store: the etcd
-        create revision, the ZooKeeper czxid. This is the fencing token of a waiter entry.
+    :ivar revision: creation order: strictly increasing over the whole store (the etcd
+        create revision, the ZooKeeper czxid), or, for a waiter entry on etcd, along its
+        queue (its order number, which one transaction gives each of the waiters it
+        registers; see ``backends/etcd/_queue.py``). This is the fencing token of a waiter
+        entry.
     :ivar version: modification token for :meth:`Backend.compare_and_set`: the etcd mod
         revision, the ZooKeeper data version
     :ivar lease: id of the lease the key is bound to, 0 if none
@@ -300,9 +303,14 @@ class Backend(AsyncResource):
         """Create a waiter entry ``prefix + waiter_id[+ suffix]`` bound to *lease*, or a
         durable one (kept until deleted, e.g. a queued job) if *lease* is None.
 
-        One round trip: the entry is created and its position read atomically. Registering
-        the same *waiter_id* twice returns the existing entry (a retry after a lost reply).
-        With ``ahead=0`` nothing but my entry is read (no listing of the queue).
+        The entry is created and its position read atomically. Registering a *waiter_id*
+        again after a call that did not answer (it raised :class:`BackendUnavailable`, or
+        was cancelled) returns the entry that call made, if it made one: one waiter id
+        never has two entries. A waiter id is fresh per acquire attempt; registering it
+        again after its registration answered is a caller's error. The entry's key is
+        ``prefix`` and then the waiter id, which a backend may precede with an order number
+        or follow with a suffix (:func:`coord._keys.waiter_id_of` reads it back). With
+        ``ahead=0`` nothing but my entry is read (no listing of the queue).
 
         :param ahead: how many of the nearest entries ahead to return (``None``: all)
         :param kind: return only entries ahead whose waiter id starts with *kind* (e.g.

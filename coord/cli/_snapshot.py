@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from coord import _jobs
-from coord._keys import WAITER_MARK, fence_of
+from coord._keys import WAITER_MARK, fence_of, waiter_id_of
 from coord._waiters import parse_identity
 
 from ._common import identity_in
@@ -76,7 +76,7 @@ async def _lock(client: coord.Client, name: str, revisions: dict[str, int]) -> d
             "since": waiter.since,
         }
         if kind == "rwlock":
-            reader = waiter.key.rpartition("/")[2].startswith(WAITER_MARK + "r")
+            reader = waiter_id_of(waiter.key).startswith(WAITER_MARK + "r")
             record["mode"] = "read" if reader else "write"
         if kind == "election":
             record["value"] = values.get(waiter.key, b"").decode(errors="replace")
@@ -93,7 +93,7 @@ def _kind_of(
     """The kind, the semaphore limit, and a recipe object that reads the queue by the
     kind's rule."""
     who = [parse_identity(e.value) for e in entries]
-    if any(e.key.rpartition("/")[2].startswith(WAITER_MARK + "r") for e in entries):
+    if any(waiter_id_of(e.key).startswith(WAITER_MARK + "r") for e in entries):
         return "rwlock", None, client.rwlock(name).write
     limits = [w["limit"] for w in who if isinstance(w.get("limit"), int)]
     if limits:

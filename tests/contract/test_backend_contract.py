@@ -8,9 +8,11 @@ import uuid
 from typing import TYPE_CHECKING
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 import coord
+from coord._keys import waiter_id_of
 from coord.abc import Backend, ChangeKind, Create, Lease
 from coord.testing import compact, drop_key, expire_session
 
@@ -39,10 +41,7 @@ async def test_register_and_position(clients: list[coord.Client]) -> None:
     assert first.entry.lease == lease.id
     second = await other.register("c/reg/", wid("r"), other_lease, ahead=None)
     assert [e.key for e in second.ahead] == [first.entry.key]
-    repeated_id = wid("r")
-    third = await backend.register("c/reg/", repeated_id, lease, ahead=None)
-    again = await backend.register("c/reg/", repeated_id, lease, ahead=None)
-    assert again.entry == third.entry, "registering the same id twice made two entries"
+    third = await backend.register("c/reg/", wid("r"), lease, ahead=None)
     assert [e.key for e in third.ahead] == [second.entry.key, first.entry.key]
     # kind: only the entries ahead whose waiter id starts with it
     only_writers = await backend.position(third.entry, ahead=None, kind="@w")
@@ -54,6 +53,27 @@ async def test_register_and_position(clients: list[coord.Client]) -> None:
     await drop_key(clients[0], second.entry.key)
     with pytest.raises(coord.EntryGoneError):
         await backend.position(second.entry)
+
+
+@pytest.mark.parametrize("checkpoints", [0, 1, 2, 3, 5, 8])
+async def test_a_repeat_after_an_unanswered_registration_makes_no_second_entry(
+    clients: list[coord.Client], checkpoints: int
+) -> None:
+    """A registration cancelled wherever it was (not sent, in flight, answered but not
+    returned), then registered again with its waiter id: one entry, the repeat's."""
+    backend, lease, *_ = parts(clients)
+    prefix, waiter = f"c/repeat{checkpoints}/", wid("w")
+    ahead = await backend.register(prefix, wid("w"), lease)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(backend.register, prefix, waiter, lease)
+        for _ in range(checkpoints):
+            await anyio.lowlevel.checkpoint()
+        tg.cancel_scope.cancel()
+    again = await backend.register(prefix, waiter, lease)
+    listed = (await backend.entries(prefix)).entries
+    mine = [e for e in listed if waiter_id_of(e.key).startswith(waiter)]
+    assert mine == [again.entry]
+    assert [e.key for e in again.ahead] == [ahead.entry.key]
 
 
 async def test_find_an_entry_by_its_waiter_id(clients: list[coord.Client]) -> None:

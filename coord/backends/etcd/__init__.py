@@ -48,6 +48,7 @@ from ._kv import (
     range_end,
 )
 from ._lease import grant
+from ._queue import Queues, order_of
 from ._watch import WatchCompacted, WatchStream
 
 if TYPE_CHECKING:
@@ -118,6 +119,7 @@ class EtcdBackend(Backend):
         self._root = (namespace.strip("/") + "/").encode() if namespace else b""
         self._url = format_url("etcd", endpoints, namespace, username)
         self._watches = WatchStream(self._conn)
+        self._queues = Queues(self)
         self._tg: TaskGroup | None = None
 
     @classmethod
@@ -172,10 +174,26 @@ class EtcdBackend(Backend):
 
     def _entry(self, kv: Any) -> Entry:
         key = bytes(kv.key)[len(self._root) :].decode()
-        return Entry(key, bytes(kv.value), kv.create_revision, kv.mod_revision, kv.lease)
+        # A waiter's creation order is its order number: one batch of registrations is
+        # one store revision, and each waiter needs its own fencing token.
+        order = order_of(key)
+        revision = kv.create_revision if order is None else order
+        return Entry(key, bytes(kv.value), revision, kv.mod_revision, kv.lease)
+
+    def _same(self, entry: Entry) -> Any:
+        """The compare that *entry* still exists as the entry read (etcd #11456): its
+        creation revision, or for a waiter (its key holds a waiter id used once), its lease."""
+        key = self._key(entry.key)
+        if order_of(entry.key) is None:
+            return rpc.Compare(
+                key=key, target=_CREATE, create_revision=entry.revision, result=_EQUAL
+            )
+        return rpc.Compare(key=key, target=_LEASE, lease=entry.lease, result=_EQUAL)
 
     def _queue_range(self, prefix: str, kind: str | None = None) -> tuple[bytes, bytes]:
-        start = self._key(prefix + (kind or WAITER_MARK))
+        if kind is None:  # every entry, without the tail of the ordered ones (``<prefix>@``)
+            return Queues.queue_range(self._key(prefix))
+        start = self._key(prefix + kind)
         return start, range_end(start)
 
     async def _txn(
@@ -227,8 +245,10 @@ class EtcdBackend(Backend):
         kind: str | None = None,
     ) -> Position:
         check_value(value, self.max_value_size, f"register {prefix + waiter_id!r}")
+        if lease is not None:  # a waiter: an ordered entry (see _queue)
+            return await self._queues.register(prefix, waiter_id, lease.id, value, ahead, kind)
         key = self._key(prefix + waiter_id)
-        lease_id = lease.id if lease is not None else 0
+        lease_id = 0
         put = rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value, lease=lease_id))
         # My key is the newest of the store: the newest entries of the range are mine (if
         # it is of the kind asked for) and then those ahead of me. With ahead=0 only my
@@ -260,6 +280,8 @@ class EtcdBackend(Backend):
     async def position(
         self, entry: Entry, *, ahead: int | None = 1, kind: str | None = None
     ) -> Position:
+        if order_of(entry.key) is not None:
+            return await self._queues.position(entry, ahead=ahead, kind=kind)
         key = self._key(entry.key)
         prefix = entry.key[: entry.key.rindex("/") + 1]
         ops = (
@@ -325,14 +347,22 @@ class EtcdBackend(Backend):
 
     async def delete(self, entry: Entry) -> bool:
         key = self._key(entry.key)
+        if entry.provisional and entry.lease:  # a registration whose caller gave up
+            undone = await self._queues.abandon(entry.key)
+            if undone is not None:
+                return undone
+            # Not this client's, or answered: found by its waiter id (a listing).
+            prefix, _, waiter_id = entry.key.rpartition("/")
+            found = await self._find_ordered(prefix + "/", waiter_id, entry.lease)
+            return await self.delete(found) if found is not None else False
+        ops = [rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key))]
+        if order_of(entry.key) is not None and not entry.provisional:
+            ops = self._queues.release_ops(entry)
         if entry.provisional:
             guard = rpc.Compare(key=key, target=_LEASE, lease=entry.lease, result=_EQUAL)
         else:
-            guard = rpc.Compare(
-                key=key, target=_CREATE, create_revision=entry.revision, result=_EQUAL
-            )
-        delete = rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key))
-        request = rpc.TxnRequest(compare=[guard], success=[delete], failure=[])
+            guard = self._same(entry)
+        request = rpc.TxnRequest(compare=[guard], success=ops, failure=[])
         answer = await self._conn.call_answer("delete", lambda c: c.kv.Txn, request)
         reply = answer.reply
         if reply.succeeded and reply.responses[0].response_delete_range.deleted:
@@ -349,9 +379,20 @@ class EtcdBackend(Backend):
         return self._entry(reply.kvs[0]) if reply.kvs else None
 
     async def find(self, prefix: str, waiter_id: str, lease: Lease | None) -> Entry | None:
-        entry = await self.get(prefix + waiter_id)
-        bound = lease.id if lease is not None else 0
-        return entry if entry is not None and entry.lease == bound else None
+        if lease is None:
+            entry = await self.get(prefix + waiter_id)
+            return entry if entry is not None and entry.lease == 0 else None
+        return await self._find_ordered(prefix, waiter_id, lease.id)
+
+    async def _find_ordered(self, prefix: str, waiter_id: str, lease_id: int) -> Entry | None:
+        # An ordered entry: its key starts with a number that only the listing tells.
+        start, end = self._queue_range(prefix)
+        request = rpc.RangeRequest(key=start, range_end=end, keys_only=True)
+        reply = await self._conn.call("list", lambda c: c.kv.Range, request)
+        for kv in reply.kvs:
+            if kv.lease == lease_id and _keys.waiter_id_of(kv.key.decode()) == waiter_id:
+                return await self.get(bytes(kv.key)[len(self._root) :].decode())
+        return None
 
     async def put(self, key: str, value: bytes, *, lease: Lease | None = None) -> Entry:
         _keys.check_plain_key(key, "put")
@@ -413,9 +454,7 @@ class EtcdBackend(Backend):
                 success.append(rpc.RequestOp(request_put=put))
                 continue
             k = self._key(op.entry.key)
-            compare.append(
-                rpc.Compare(key=k, target=_CREATE, create_revision=op.entry.revision, result=_EQUAL)
-            )
+            compare.append(self._same(op.entry))
             if isinstance(op, Check):  # etcd's IsOwner(): the key exists as the same entry
                 continue
             compare.append(

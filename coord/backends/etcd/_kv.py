@@ -19,6 +19,7 @@ __all__ = ["Changes", "range_end"]
 _CREATE = rpc.Compare.CompareTarget.Value("CREATE")
 _MOD = rpc.Compare.CompareTarget.Value("MOD")
 _LEASE = rpc.Compare.CompareTarget.Value("LEASE")
+_VALUE = rpc.Compare.CompareTarget.Value("VALUE")
 _EQUAL = rpc.Compare.CompareResult.Value("EQUAL")
 _DESCEND = rpc.RangeRequest.SortOrder.Value("DESCEND")
 _ASCEND = rpc.RangeRequest.SortOrder.Value("ASCEND")

@@ -32,29 +32,42 @@ async def test_registration_whose_replies_come_too_late_is_not_duplicated(
 ) -> None:
     """Every reply arrives after the attempt's deadline: the registration is applied by
     etcd, the client never hears of it and tries again. Once replies are on time again,
-    the acquire gets the lock with the key it created first: one key, not two."""
+    the acquire gets the lock with the key it created first: one key, not two.
+
+    The observer holds the lock and the client has a waiter queued, so that the client
+    knows the queue's tail and its next registration is applied at once (a client that
+    does not know it reads it first, and with every reply late it never gets that far)."""
     namespace = fresh_namespace()
     async with (
         coord.connect(f"etcd://{proxy.endpoint}/{namespace}", ttl=6, request_timeout=1) as client,
         coord.connect(f"{etcd_server.url}/{namespace}", ttl=6) as observer,
     ):
+        gate = observer.mutex("late")
+        await gate.acquire()
         async with anyio.create_task_group() as tg:
             got: list[coord.Hold] = []
 
             async def acquire() -> None:
                 async with client.mutex("late") as hold:
                     got.append(hold)
-                    assert await _keys(observer, "late") == [hold.key]
+                    keys = await _keys(observer, "late")
+                    assert keys[0] == hold.key
+                    assert keys.count(hold.key) == 1
 
+            tg.start_soon(acquire)
+            with anyio.fail_after(5):
+                await wait_for_queue(observer, "late", lambda n: n == 2)
             proxy.delay(1.5)  # past each attempt's deadline (1 s), under ttl / 3
             tg.start_soon(acquire)
             with anyio.fail_after(5):
-                await wait_for_queue(observer, "late", lambda n: n == 1)
+                await wait_for_queue(observer, "late", lambda n: n == 3)
             await anyio.sleep(3)  # attempts time out, one after another
-            assert await _keys(observer, "late")
+            assert len(await _keys(observer, "late")) == 3
             assert not got
             proxy.heal()
-        assert len(got) == 1
+            await gate.release()
+        assert len(got) == 2
+        assert got[0].fence < got[1].fence
         assert not client.session.lost
         assert await _keys(observer, "late") == []
 
