@@ -66,7 +66,9 @@ class Hold:
     def __init__(self, name: str, session: Session, position: Position) -> None:
         entry = position.entry
         self._setup(name, fence_of(entry.revision), session, entry)
-        self._seen_at = max(position.revision, entry.revision)  # my key existed then
+        # My key existed at the read's revision (an entry's revision is its creation
+        # order, which on etcd has room for the batch one store revision registered).
+        self._seen_at = position.revision
         self._unlisten = session.listen(self._poke)
         self._guard_start: Start | None = session.call_after(GUARD_DELAY, self._arm)
 

@@ -48,7 +48,7 @@ from ._kv import (
     range_end,
 )
 from ._lease import grant
-from ._queue import Queues, order_of
+from ._queue import Queues, fence_revision, order_of
 from ._watch import WatchCompacted, WatchStream
 
 if TYPE_CHECKING:
@@ -174,10 +174,12 @@ class EtcdBackend(Backend):
 
     def _entry(self, kv: Any) -> Entry:
         key = bytes(kv.key)[len(self._root) :].decode()
-        # A waiter's creation order is its order number: one batch of registrations is
-        # one store revision, and each waiter needs its own fencing token.
+        # A waiter's creation order has room for the batch one store revision registered
+        # (each waiter needs its own fencing token).
         order = order_of(key)
-        revision = kv.create_revision if order is None else order
+        revision = (
+            kv.create_revision if order is None else fence_revision(kv.create_revision, order)
+        )
         return Entry(key, bytes(kv.value), revision, kv.mod_revision, kv.lease)
 
     def _same(self, entry: Entry) -> Any:
@@ -488,7 +490,9 @@ class EtcdBackend(Backend):
             key=start, range_end=end, sort_order=_ASCEND, sort_target=_BY_CREATE, limit=limit or 0
         )
         reply = await self._conn.call("list", lambda c: c.kv.Range, request)
-        return Listing(tuple(self._entry(kv) for kv in reply.kvs), reply.header.revision)
+        # Waiters registered by one batch share a create revision: their keys order them.
+        kvs = sorted(reply.kvs, key=lambda kv: (kv.create_revision, kv.key))
+        return Listing(tuple(self._entry(kv) for kv in kvs), reply.header.revision)
 
     async def names(self, prefix: str = "") -> list[str]:
         start = self._key(prefix) if prefix else self._root

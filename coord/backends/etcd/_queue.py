@@ -14,10 +14,15 @@ newest one. Under a prefix ``P`` (ending in ``/``):
 * ``P<waiter id>`` — a durable entry (a queued job): no order number, listed by creation
   revision as before.
 
-An order number never exceeds the creation revision of its key: the next number is the
-tail's plus one, or, with no tail (the queue drained, or the newest waiter's lease
-expired), the store revision read plus one, which every existing key's number is below.
-So a new key always sorts after every key of the queue.
+A new key always sorts after every key of the queue: the next number is the tail's plus
+one (the compare: the tail is unchanged); with no tail (the queue drained, or its newest
+waiter left or lost its lease while others wait) it is the store revision read plus one,
+times 64, and the compare also asks that no key of the queue sort at or after the new
+one (a range that is empty unless the guess was wrong: the answer then names the last
+key, to start after). Fences do not come from order numbers, which start again: an
+entry's creation order (:attr:`Entry.revision`, its fence) is its store revision times
+64 plus its place in its batch (:func:`fence_revision`; a batch never crosses a multiple
+of 64 numbers), strictly increasing along the queue and over time.
 
 * **register** — one transaction per batch of one client's waiters on one prefix (those
   that arrived while the previous batch was in flight, up to 64):
@@ -26,8 +31,9 @@ So a new key always sorts after every key of the queue.
   still there; each next waiter's is the one before it in the batch. Another client's
   registration in between fails the compare, and the answer carries the tail: the batch
   goes again with new numbers. A batch whose answer was lost is settled before its
-  waiters register again or give up: moving the tail past ``m`` makes sure it can never
-  be applied late (:meth:`Queues.settle`).
+  waiters register again or give up: a transaction with the batch's own compares either
+  fails (the batch was applied: its key is read, or deleted) or moves the tail, so that
+  it can never be applied late (:meth:`Queues.settle`).
 * **position** — a read-only transaction (etcd serves it as a read, outside the apply
   loop): the key right before mine together with mine (the existence check, etcd
   #11456), and the queue's first key. Only after a waiter ahead left out of turn, a window
@@ -53,7 +59,7 @@ from aetcd import rpc
 from ..._exceptions import ClosedError, EntryGoneError
 from ..._keys import ORDER_DIGITS, WAITER_MARK, split_order, waiter_id_of
 from ...abc import Entry, Position
-from ._kv import _DESCEND, _EQUAL, _LEASE, _MOD, _VALUE, range_end
+from ._kv import _CREATE, _DESCEND, _EQUAL, _LEASE, _MOD, _VALUE, range_end
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -62,11 +68,13 @@ if TYPE_CHECKING:
 
     from ._connection import Connection
 
-__all__ = ["Queues", "order_of"]
+__all__ = ["Queues", "fence_revision", "order_of"]
 
 _BY_KEY = rpc.RangeRequest.SortTarget.Value("KEY")
-#: Most waiters registered by one transaction (etcd's --max-txn-ops is 128 by default).
-BATCH = 64
+#: Most waiters registered by one transaction (etcd's --max-txn-ops is 128 by default),
+#: and the room each store revision has in a fence.
+SUB_BITS = 6
+SUB = BATCH = 1 << SUB_BITS
 #: Order numbers read at once when the waiter right ahead left out of turn.
 WINDOW = 64
 _MARK = WAITER_MARK.encode()
@@ -225,18 +233,20 @@ class Queues:
         if request.future.exception() is None:
             entry = request.future.result()[0]
             return await self._b.delete(entry)
-        if request.doubt is not None:
-            await self.settle(request.doubt, delete=True)
+        if request.doubt is None:  # failed before it was sent
+            return False
+        await self.settle(request.doubt, delete=True)
         return True
 
     async def _send(self, pk: bytes, waiting: deque[_Request]) -> None:
+        batch: list[_Request] = []
         try:
             while waiting:
                 batch = self._take(waiting)
                 if not batch:
                     continue
                 try:
-                    await self._register(pk, batch)
+                    await self._register(pk, batch, waiting)
                 except Exception as exc:
                     for request in batch:
                         _fail(request, exc)
@@ -244,7 +254,7 @@ class Queues:
             if self._waiting.get(pk) is waiting:
                 del self._waiting[pk]
             closed = ClosedError("the etcd backend was closed")
-            for request in waiting:
+            for request in [*batch, *waiting]:  # the batch in flight too: its doubt stays
                 _fail(request, closed)
 
     def _take(self, waiting: deque[_Request]) -> list[_Request]:
@@ -263,61 +273,94 @@ class Queues:
             batch.append(waiting.popleft())
         return batch
 
-    async def _register(self, pk: bytes, batch: list[_Request]) -> None:
+    async def _register(self, pk: bytes, batch: list[_Request], waiting: deque[_Request]) -> None:
         tail = self._tail(pk)
         known = self._tails.get(pk)
         if known is None:
-            reply = await self._b._conn.call(
-                "register", lambda c: c.kv.Range, rpc.RangeRequest(key=tail)
+            request = rpc.RangeRequest(key=tail)
+            known = self._tail_of(
+                await self._b._conn.call("register", lambda c: c.kv.Range, request)
             )
-            known = self._tail_of(reply)
-        mod, order = known
+        mod, last = known
         while True:
-            first = order + 1
+            first = last + 1
+            # One batch never crosses a multiple of 64: its waiters' fences are its store
+            # revision << 6 | order % 64 (see fence_revision); the rest go next.
+            room = SUB - first % SUB
+            while len(batch) > room:
+                waiting.appendleft(batch.pop())
             keys = [
                 self._order_key(pk, first + i) + r.waiter_id.encode() for i, r in enumerate(batch)
             ]
             for i, request in enumerate(batch):
                 request.doubt = _Doubt(mod, first + i, keys[i], request.lease)
-            last = first + len(batch) - 1
             success = [
-                _put(tail, b"%d" % last, batch[-1].lease),
+                _put(tail, b"%d" % (first + len(batch) - 1), batch[-1].lease),
                 *(_put(k, r.value, r.lease) for k, r in zip(keys, batch, strict=True)),
                 _range(self._order_key(pk, first - 1), self._order_key(pk, first)),
             ]
+            failure = [_range(tail), _range(keys[0])]
+            if mod == 0:  # failed: the last key of the queue, which mine must sort after
+                failure.append(_range(keys[0], self._ordered_end(pk), last=True))
             reply = await self._b._txn(
-                "register",
-                [rpc.Compare(key=tail, target=_MOD, mod_revision=mod, result=_EQUAL)],
-                success,
-                failure=[_range(tail), _range(keys[0])],
+                "register", self._compare(pk, mod, keys[0]), success, failure=failure
             )
             if reply.succeeded:
                 revision = reply.header.revision
-                self._remember(pk, (revision, last))
+                self._remember(pk, (revision, first + len(batch) - 1))
                 kvs = reply.responses[-1].response_range.kvs
-                before = self._b._entry(kvs[0]) if kvs else None
+                before = self._b._entry(kvs[-1]) if kvs else None
                 break
             mine = reply.responses[1].response_range.kvs
             if mine and mine[0].lease == batch[0].lease:  # a lost answer: it was applied
                 revision, before = mine[0].create_revision, None
+                self._tails.pop(pk, None)
                 break
-            mod, order = self._tail_of(reply, 0)
-            self._remember(pk, (mod, order))
+            mod, last = self._tail_of(reply, 0)
+            after = reply.responses[2].response_range.kvs if len(reply.responses) > 2 else ()
+            if not mod and after:  # no tail, and keys with higher numbers than I took
+                last = max(last, order_of(bytes(after[0].key).decode()) or 0)
+            self._remember(pk, (mod, last))
         root = len(self._b._root)
         for i, (key, request) in enumerate(zip(keys, batch, strict=True)):
-            # Its fencing token is its order number (one store revision for the batch).
-            entry = Entry(key[root:].decode(), request.value, first + i, revision, request.lease)
+            entry = Entry(
+                key[root:].decode(),
+                request.value,
+                fence_revision(revision, first + i),
+                revision,
+                request.lease,
+            )
             if not request.future.done():
                 request.future.set_result((entry, before, revision))
             before = entry
 
+    def _compare(self, pk: bytes, mod: int, first: bytes) -> list[Any]:
+        """The compares of a registration whose first key is *first*, made after reading
+        the tail at mod revision *mod*: the tail is unchanged; with no tail (0), also no
+        key of the queue sorts at or after *first* (a queue whose tail went with its
+        newest waiter may hold older keys: mine must come after them)."""
+        tail = rpc.Compare(key=self._tail(pk), target=_MOD, mod_revision=mod, result=_EQUAL)
+        if mod:
+            return [tail]
+        end = self._ordered_end(pk)
+        after = rpc.Compare(
+            key=first, range_end=end, target=_CREATE, create_revision=0, result=_EQUAL
+        )
+        return [tail, after]
+
+    @staticmethod
+    def _ordered_end(pk: bytes) -> bytes:
+        """The end of the ordered keys' range (order numbers are hex digits)."""
+        return pk + _MARK + b"g"
+
     def _tail_of(self, reply: Any, index: int | None = None) -> tuple[int, int]:
-        """(mod revision, order number) of the tail in *reply*; with no tail, the revision
-        read stands in for the order number (every existing key's is below it)."""
+        """(mod revision, newest order number) of the tail in *reply*. With no tail, the
+        number before the first of the store revision read plus one (every key's number
+        is below it, unless it was registered since, which the compare then tells)."""
         kvs = reply.kvs if index is None else reply.responses[index].response_range.kvs
         if kvs:
             return kvs[0].mod_revision, int(kvs[0].value)
-        return 0, reply.header.revision
+        return 0, ((reply.header.revision + 1) << SUB_BITS) - 1
 
     def _remember(self, pk: bytes, tail: tuple[int, int]) -> None:
         if len(self._tails) >= 4096:
@@ -334,13 +377,14 @@ class Queues:
         tail = self._tail(pk)
         if doubt.mod:  # the tail moves; its value and lease stay
             bump = rpc.PutRequest(key=tail, ignore_value=True, ignore_lease=True)
-        else:  # no tail then: its number was the revision read plus one, still valid
+        else:  # its compares hold: no key sorts at or after its key, so its number is
+            # above every key's, and it is made a tail (which fails the compares)
             bump = rpc.PutRequest(key=tail, value=b"%d" % doubt.order, lease=doubt.lease)
         mine = rpc.Compare(key=doubt.key, target=_LEASE, lease=doubt.lease, result=_EQUAL)
         drop = rpc.TxnRequest(compare=[mine], success=[_delete(doubt.key)])
         reply = await self._b._txn(
             "register",
-            [rpc.Compare(key=tail, target=_MOD, mod_revision=doubt.mod, result=_EQUAL)],
+            self._compare(pk, doubt.mod, doubt.key),
             [rpc.RequestOp(request_put=bump)],
             failure=[rpc.RequestOp(request_txn=drop) if delete else _range(doubt.key)],
         )
@@ -449,9 +493,29 @@ def _put(key: bytes, value: bytes, lease: int) -> Any:
     return rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value, lease=lease))
 
 
-def _range(key: bytes, end: bytes | None = None) -> Any:
-    request = rpc.RangeRequest(key=key, range_end=end) if end else rpc.RangeRequest(key=key)
+def _range(key: bytes, end: bytes | None = None, *, last: bool = False) -> Any:
+    if last:  # the last key of the range only
+        request = rpc.RangeRequest(
+            key=key,
+            range_end=end,
+            sort_order=_DESCEND,
+            sort_target=_BY_KEY,
+            limit=1,
+            keys_only=True,
+        )
+    elif end:
+        request = rpc.RangeRequest(key=key, range_end=end)
+    else:
+        request = rpc.RangeRequest(key=key)
     return rpc.RequestOp(request_range=request)
+
+
+def fence_revision(create_revision: int, order: int) -> int:
+    """The creation order of an ordered waiter entry (its :attr:`Entry.revision`, hence
+    its fence): its store revision, then its place in the batch that revision registered
+    (a batch never crosses a multiple of :data:`SUB` order numbers). Strictly increasing
+    along the queue, and from one run of order numbers to the next."""
+    return create_revision << SUB_BITS | order % SUB
 
 
 def _delete(key: bytes) -> Any:

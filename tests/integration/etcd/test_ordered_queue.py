@@ -1,0 +1,206 @@
+"""The ordered waiter entries of the etcd backend (backends/etcd/_queue.py), where its
+invariants can break: a queue whose tail went while waiters remain, batches of waiters
+registered by one transaction, answers lost on an empty queue, a backend closed with a
+batch in flight. Each of these found a way to two holders or a key left behind in
+review; key order must stay queue order and fences must keep increasing."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import pytest
+
+import coord
+from coord._url import parse_url
+from coord.backends.etcd import EtcdBackend
+from coord.testing import expire_session
+
+if TYPE_CHECKING:
+    from coord.abc import Backend, Lease, Position
+
+pytestmark = [pytest.mark.anyio, pytest.mark.etcd]
+
+
+def wid() -> str:
+    return f"@w{uuid.uuid4().hex}"
+
+
+async def batch(backend: Backend, prefix: str, lease: Lease, n: int) -> list[Position]:
+    """*n* registrations at once: one batch of the backend's sender."""
+    return list(await asyncio.gather(*(backend.register(prefix, wid(), lease) for _ in range(n))))
+
+
+async def clients(stack: AsyncExitStack, url: str, n: int) -> list[coord.Client]:
+    return [await stack.enter_async_context(coord.connect(url, ttl=30)) for _ in range(n)]
+
+
+async def test_a_queue_whose_tail_went_takes_newcomers_after_its_waiters(etcd_url: str) -> None:
+    """A's five waiters go with its session, B's newest gives up (taking the tail): C
+    registers behind B's waiters, with a higher fence than B's holder."""
+    async with AsyncExitStack() as stack:
+        a, b, c = await clients(stack, etcd_url, 3)
+        await batch(a.backend, "m/", a.session.lease, 5)
+        pb = await batch(b.backend, "m/", b.session.lease, 5)
+        await expire_session(a)
+        assert (await b.backend.position(pb[0].entry)).is_head
+        assert await b.backend.delete(pb[-1].entry)
+        pc = await c.backend.register("m/", wid(), c.session.lease)
+        assert not pc.is_head
+        assert [e.key for e in pc.ahead] == [pb[-2].entry.key]
+        assert pc.entry.revision > max(p.entry.revision for p in pb)
+
+
+async def test_a_newcomer_after_the_newest_gave_up_is_last_with_the_highest_fence(
+    etcd_url: str,
+) -> None:
+    async with AsyncExitStack() as stack:
+        a, c = await clients(stack, etcd_url, 2)
+        pa = await batch(a.backend, "m/", a.session.lease, 5)
+        assert await a.backend.delete(pa[-1].entry)
+        pc = await c.backend.register("m/", wid(), c.session.lease)
+        assert pc.entry.revision > max(p.entry.revision for p in pa)
+        listed = (await a.backend.entries("m/")).entries
+        assert [e.key for e in listed] == [p.entry.key for p in pa[:-1]] + [pc.entry.key]
+
+
+async def test_one_holder_after_a_crash_and_a_timeout(etcd_url: str) -> None:
+    """The same through the mutex: A's waiters die with A, B's first holds, B's newest
+    times out, C comes: B's holder and C never hold at once, fences increase."""
+    holding: list[str] = []
+    fences: list[int] = []
+    overlaps: list[list[str]] = []
+
+    async def worker(client: coord.Client, name: str, give_up: float = 60) -> None:
+        with anyio.move_on_after(give_up):
+            try:
+                async with client.mutex("m") as hold:
+                    holding.append(name)
+                    fences.append(hold.fence)
+                    if len([h for h in holding if not h.startswith("a")]) > 1:
+                        overlaps.append(list(holding))
+                    try:
+                        await anyio.sleep(1)
+                    finally:
+                        holding.remove(name)
+            except (coord.LockLost, coord.SessionExpiredError):
+                assert name.startswith("a"), f"{name} lost its hold"
+
+    async with AsyncExitStack() as stack:
+        a = await stack.enter_async_context(coord.connect(etcd_url, ttl=30, renew=False))
+        b, c = await clients(stack, etcd_url, 2)
+        async with anyio.create_task_group() as tg:
+            for i in range(5):
+                tg.start_soon(worker, a, f"a{i}")
+            await anyio.sleep(0.3)
+            for i in range(4):
+                tg.start_soon(worker, b, f"b{i}")
+            tg.start_soon(worker, b, "b-gives-up", 1.0)
+            await anyio.sleep(0.3)
+            await expire_session(a)
+            await anyio.sleep(1.0)  # b's newest gives up: its delete takes the tail
+            tg.start_soon(worker, c, "c0")
+        assert overlaps == []
+        assert fences == sorted(fences)
+        assert len(set(fences)) == len(fences)
+
+
+async def test_a_repeat_of_an_unsent_registration_after_the_queue_moved_on(
+    etcd_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A's registration fails before it is sent; B takes the lock, C comes and goes (the
+    tail with it); A repeats: A queues behind B."""
+    async with AsyncExitStack() as stack:
+        a, b, c = await clients(stack, etcd_url, 3)
+        real = a.backend._txn  # type: ignore[attr-defined]
+        failed: list[str] = []
+
+        async def cut(what: str, *args: Any, **kwargs: Any) -> Any:
+            if what == "register" and not failed:
+                failed.append(what)
+                raise coord.BackendUnavailable("cut before sending")
+            return await real(what, *args, **kwargs)
+
+        monkeypatch.setattr(a.backend, "_txn", cut)
+        waiter = wid()
+        with pytest.raises(coord.BackendUnavailable):
+            await a.backend.register("m/", waiter, a.session.lease)
+        for i in range(3):  # the store's other tenants write meanwhile
+            await b.backend.put(f"other/{i}", b"x")
+        pb = await b.backend.register("m/", wid(), b.session.lease)
+        assert pb.is_head
+        pc = await c.backend.register("m/", wid(), c.session.lease)
+        assert await c.backend.delete(pc.entry)
+        pa = await a.backend.register("m/", waiter, a.session.lease)
+        assert not pa.is_head
+        assert pa.entry.revision > pb.entry.revision
+
+
+async def test_a_repeat_after_a_lost_answer_on_an_empty_queue_finds_its_entry(
+    etcd_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A's registration is applied, its answer lost; B registers behind and gives up (the
+    tail goes); A repeats: its first entry, not a second one."""
+    async with AsyncExitStack() as stack:
+        a, b = await clients(stack, etcd_url, 2)
+        real = a.backend._txn  # type: ignore[attr-defined]
+        lost: list[str] = []
+
+        async def lose(what: str, *args: Any, **kwargs: Any) -> Any:
+            reply = await real(what, *args, **kwargs)
+            if what == "register" and not lost:
+                lost.append(what)
+                raise coord.BackendUnavailable("the answer was lost")
+            return reply
+
+        monkeypatch.setattr(a.backend, "_txn", lose)
+        waiter = wid()
+        with pytest.raises(coord.BackendUnavailable):
+            await a.backend.register("m/", waiter, a.session.lease)
+        pb = await b.backend.register("m/", wid(), b.session.lease)
+        assert await b.backend.delete(pb.entry)
+        pa = await a.backend.register("m/", waiter, a.session.lease)
+        assert pa.is_head
+        listed = (await a.backend.entries("m/")).entries
+        assert listed == (pa.entry,)
+
+
+async def test_a_batch_is_listed_in_key_order_with_increasing_fences(etcd_url: str) -> None:
+    async with coord.connect(etcd_url, ttl=30) as a:
+        positions = await batch(a.backend, "m/", a.session.lease, 64)
+        listed = (await a.backend.entries("m/")).entries
+        assert [e.key for e in listed] == sorted(p.entry.key for p in positions)
+        revisions = [e.revision for e in listed]
+        assert revisions == sorted(set(revisions))
+        assert {p.entry for p in positions} == set(listed)
+
+
+async def test_closing_with_a_batch_in_flight_answers_its_callers(etcd_url: str) -> None:
+    backend = EtcdBackend.from_url(parse_url(etcd_url))
+    await backend.__aenter__()
+    lease = await backend.grant(30)
+    task = asyncio.ensure_future(backend.register("m/", wid(), lease))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # the sender has taken the batch; its request is in flight
+    await backend.aclose()
+    with anyio.fail_after(3):
+        with pytest.raises(coord.ClosedError):
+            await task
+
+
+async def test_a_wrong_guess_of_an_empty_queue_is_corrected(etcd_url: str) -> None:
+    """A client that believes the queue has no tail and numbers from too low gets the
+    queue's last key in the answer and registers after it (the range compare)."""
+    async with AsyncExitStack() as stack:
+        a, b = await clients(stack, etcd_url, 2)
+        pa = await batch(a.backend, "m/", a.session.lease, 3)
+        assert await a.backend.delete(pa[-1].entry)  # the tail goes; two waiters remain
+        queues = b.backend._queues  # type: ignore[attr-defined]
+        queues._tails[b.backend._key("m/")] = (0, 0)  # type: ignore[attr-defined]
+        pb = await b.backend.register("m/", wid(), b.session.lease)
+        assert [e.key for e in pb.ahead] == [pa[1].entry.key]
+        listed = (await b.backend.entries("m/")).entries
+        assert [e.key for e in listed] == [pa[0].entry.key, pa[1].entry.key, pb.entry.key]
