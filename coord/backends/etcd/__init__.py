@@ -48,7 +48,8 @@ from ._kv import (
     range_end,
 )
 from ._lease import grant
-from ._queue import Queues, fence_revision, order_of
+from ._queue import Queues, fence_revision, order_of, queue_range
+from ._register import Registrar
 from ._watch import WatchCompacted, WatchStream
 
 if TYPE_CHECKING:
@@ -120,6 +121,7 @@ class EtcdBackend(Backend):
         self._url = format_url("etcd", endpoints, namespace, username)
         self._watches = WatchStream(self._conn)
         self._queues = Queues(self)
+        self._registrar = Registrar(self, self._queues)
         self._tg: TaskGroup | None = None
 
     @classmethod
@@ -194,7 +196,7 @@ class EtcdBackend(Backend):
 
     def _queue_range(self, prefix: str, kind: str | None = None) -> tuple[bytes, bytes]:
         if kind is None:  # every entry, without the tail of the ordered ones (``<prefix>@``)
-            return Queues.queue_range(self._key(prefix))
+            return queue_range(self._key(prefix))
         start = self._key(prefix + kind)
         return start, range_end(start)
 
@@ -248,7 +250,7 @@ class EtcdBackend(Backend):
     ) -> Position:
         check_value(value, self.max_value_size, f"register {prefix + waiter_id!r}")
         if lease is not None:  # a waiter: an ordered entry (see _queue)
-            return await self._queues.register(prefix, waiter_id, lease.id, value, ahead, kind)
+            return await self._registrar.register(prefix, waiter_id, lease.id, value, ahead, kind)
         key = self._key(prefix + waiter_id)
         lease_id = 0
         put = rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value, lease=lease_id))
@@ -350,7 +352,7 @@ class EtcdBackend(Backend):
     async def delete(self, entry: Entry) -> bool:
         key = self._key(entry.key)
         if entry.provisional and entry.lease:  # a registration whose caller gave up
-            undone = await self._queues.abandon(entry.key)
+            undone = await self._registrar.abandon(entry.key)
             if undone is not None:
                 return undone
             # Not this client's, or answered: found by its waiter id (a listing).

@@ -24,16 +24,16 @@ entry's creation order (:attr:`Entry.revision`, its fence) is its store revision
 64 plus its place in its batch (:func:`fence_revision`; a batch never crosses a multiple
 of 64 numbers), strictly increasing along the queue and over time.
 
-* **register** — one transaction per batch of one client's waiters on one prefix (those
-  that arrived while the previous batch was in flight, up to 64):
+* **register** (``_register.py``) — one transaction per batch of one client's waiters on
+  one prefix (those that arrived while the previous batch was in flight, up to 64):
   ``If(Mod(tail) == m) Then(Put(tail, n+k), Put(key n+1) .. Put(key n+k), Range(order n))``.
   The range holds at most one key: the predecessor of the batch's first waiter, if it is
   still there; each next waiter's is the one before it in the batch. Another client's
   registration in between fails the compare, and the answer carries the tail: the batch
   goes again with new numbers. A batch whose answer was lost is settled before its
-  waiters register again or give up: a transaction with the batch's own compares either
-  fails (the batch was applied: its key is read, or deleted) or moves the tail, so that
-  it can never be applied late (:meth:`Queues.settle`).
+  waiters register again or give up, so that it can never be applied late: one made with
+  a tail by moving the tail, one made without by creating the key its compares say is
+  absent (``P!<order><waiter id>``, outside the queue's range, bound to the lease).
 * **position** — a read-only transaction (etcd serves it as a read, outside the apply
   loop): the key right before mine together with mine (the existence check, etcd
   #11456), and the queue's first key. Only after a waiter ahead left out of turn, a window
@@ -49,17 +49,14 @@ the entries ahead (a sorted range), never those behind.
 
 from __future__ import annotations
 
-import asyncio
-from collections import deque
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from aetcd import rpc
 
-from ..._exceptions import ClosedError, EntryGoneError
+from ..._exceptions import EntryGoneError
 from ..._keys import ORDER_DIGITS, WAITER_MARK, split_order, waiter_id_of
 from ...abc import Entry, Position
-from ._kv import _CREATE, _DESCEND, _EQUAL, _LEASE, _MOD, _VALUE, range_end
+from ._kv import _DESCEND, _EQUAL, _VALUE, range_end
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -77,7 +74,7 @@ SUB_BITS = 6
 SUB = BATCH = 1 << SUB_BITS
 #: Order numbers read at once when the waiter right ahead left out of turn.
 WINDOW = 64
-_MARK = WAITER_MARK.encode()
+MARK = WAITER_MARK.encode()
 
 
 def order_of(key: str) -> int | None:
@@ -85,34 +82,74 @@ def order_of(key: str) -> int | None:
     return split_order(key)[0]
 
 
-@dataclass(frozen=True)
-class _Doubt:
-    """A registration sent whose answer was lost: it may still be applied, but only while
-    the tail's mod revision is *mod*."""
-
-    mod: int
-    order: int
-    key: bytes
-    lease: int
+def fence_revision(create_revision: int, order: int) -> int:
+    """The creation order of an ordered waiter entry (its :attr:`Entry.revision`, hence
+    its fence): its store revision, then its place in the batch that revision registered
+    (a batch never crosses a multiple of :data:`SUB` order numbers). Strictly increasing
+    along the queue, and from one run of order numbers to the next."""
+    return create_revision << SUB_BITS | order % SUB
 
 
-@dataclass(eq=False)
-class _Request:
-    """One registration, from its call until its caller has its answer."""
-
-    prefix: str
-    waiter_id: str
-    value: bytes
-    lease: int
-    #: (my entry, the entry right before it if known, the revision read)
-    future: asyncio.Future[tuple[Entry, Entry | None, int]]
-    #: No caller waits for it (cancelled): not sent if it was not yet.
-    gone: bool = False
-    #: The last attempt sent, until its answer came.
-    doubt: _Doubt | None = None
+# -- keys (bytes, the namespace included; pk: a prefix's key, ending in "/") ---------------
 
 
-class _Backend(Protocol):
+def order_key(pk: bytes, order: int) -> bytes:
+    """Where the keys of order number *order* start."""
+    return pk + MARK + b"%0*x" % (ORDER_DIGITS, order)
+
+
+def tail_key(pk: bytes) -> bytes:
+    return pk + MARK
+
+
+def kill_key(key: bytes) -> bytes:
+    """The key whose existence fails the registration that would make *key* with no tail
+    (``P!<order><waiter id>``: outside the queue's range, and no name's)."""
+    cut = key.rindex(b"/") + 1
+    return key[:cut] + b"!" + key[cut + 1 :]
+
+
+def queue_range(pk: bytes) -> tuple[bytes, bytes]:
+    """Every entry of the queue of *pk*, without its tail."""
+    return pk + MARK + b"\0", range_end(pk + MARK)
+
+
+def ordered_end(pk: bytes) -> bytes:
+    """The end of the ordered keys' range (order numbers are hex digits)."""
+    return pk + MARK + b"g"
+
+
+def drop_ops(key: bytes, order: int) -> list[Any]:
+    """Delete the waiter key *key*, and the tail with it if it is still the newest
+    waiter's (the next registration starts a new run of numbers)."""
+    tail = tail_key(key[: key.rindex(b"/") + 1])
+    newest = rpc.Compare(key=tail, target=_VALUE, value=b"%d" % order, result=_EQUAL)
+    drop_tail = rpc.TxnRequest(compare=[newest], success=[delete_op(tail)])
+    return [delete_op(key), rpc.RequestOp(request_txn=drop_tail)]
+
+
+def range_op(key: bytes, end: bytes | None = None, *, last: bool = False) -> Any:
+    if last:  # the last key of the range only
+        request = rpc.RangeRequest(
+            key=key,
+            range_end=end,
+            sort_order=_DESCEND,
+            sort_target=_BY_KEY,
+            limit=1,
+            keys_only=True,
+        )
+    elif end:
+        request = rpc.RangeRequest(key=key, range_end=end)
+    else:
+        request = rpc.RangeRequest(key=key)
+    return rpc.RequestOp(request_range=request)
+
+
+def delete_op(key: bytes) -> Any:
+    return rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key))
+
+
+class Backend(Protocol):
     """What the queues use of the etcd backend."""
 
     _conn: Connection
@@ -130,32 +167,10 @@ class _Backend(Protocol):
 
 
 class Queues:
-    """Registration, position and deletion of the ordered waiter entries of one backend."""
+    """Where an ordered waiter entry stands, and what deletes it."""
 
-    def __init__(self, backend: _Backend) -> None:
+    def __init__(self, backend: Backend) -> None:
         self._b = backend
-        # Last seen (mod revision, order number) of each prefix's tail; (0, 0): none.
-        self._tails: dict[bytes, tuple[int, int]] = {}
-        # The requests of each prefix not sent yet, while its sender task runs.
-        self._waiting: dict[bytes, deque[_Request]] = {}
-        # prefix + waiter id -> its registration, until its caller has the answer: a
-        # repeat after a cancellation or a lost answer takes it over, an abandonment
-        # (a provisional delete) undoes it.
-        self._requests: dict[str, _Request] = {}
-
-    # -- keys ------------------------------------------------------------------------------
-
-    def _order_key(self, pk: bytes, order: int) -> bytes:
-        return pk + _MARK + b"%0*x" % (ORDER_DIGITS, order)
-
-    @staticmethod
-    def _tail(pk: bytes) -> bytes:
-        return pk + _MARK
-
-    @staticmethod
-    def queue_range(pk: bytes) -> tuple[bytes, bytes]:
-        """Every entry of the queue of prefix key *pk*, without its tail."""
-        return pk + _MARK + b"\0", range_end(pk + _MARK)
 
     def _split(self, entry: Entry) -> tuple[bytes, bytes, int]:
         key = self._b._key(entry.key)
@@ -163,246 +178,15 @@ class Queues:
         assert order is not None, f"{entry.key} has no order number"
         return key, key[: key.rindex(b"/") + 1], order
 
-    # -- register ----------------------------------------------------------------------------
-
-    async def register(
-        self,
-        prefix: str,
-        waiter_id: str,
-        lease: int,
-        value: bytes,
-        ahead: int | None,
-        kind: str | None,
-    ) -> Position:
-        pk = self._b._key(prefix)
-        self._b._key(prefix + "@" + "0" * ORDER_DIGITS + waiter_id)  # the length check
-        ident = prefix + waiter_id
-        request = self._requests.get(ident)
-        if request is not None and _failed(request.future):
-            # Its answer was lost: make sure it is never applied late, or find its entry.
-            found = await self.settle(request.doubt, delete=False) if request.doubt else None
-            del self._requests[ident]
-            if found is not None:
-                return await self.position(found, ahead=ahead, kind=kind)
-            request = None
-        if request is None or request.future.cancelled():  # else: take the earlier one over
-            request = _Request(
-                prefix, waiter_id, value, lease, asyncio.get_running_loop().create_future()
-            )
-            self._requests[ident] = request
-            self._enqueue(pk, request)
-        request.gone = False
-        try:
-            # Shielded: a cancelled caller leaves the request's outcome to a repeat, or
-            # to the abandonment that deletes what it made.
-            entry, before, revision = await asyncio.shield(request.future)
-        except asyncio.CancelledError:
-            request.gone = True
-            raise
-        del self._requests[ident]
-        if ahead == 0:
-            return Position(entry, (), revision)
-        if ahead == 1 and kind is None and before is not None:
-            return Position(entry, (before,), revision)
-        return await self.position(entry, ahead=ahead, kind=kind)
-
-    def _enqueue(self, pk: bytes, request: _Request) -> None:
-        waiting = self._waiting.get(pk)
-        if waiting is None:
-            if self._b._tg is None:
-                raise ClosedError("the etcd backend is closed")
-            waiting = self._waiting[pk] = deque()
-            self._b._tg.start_soon(self._send, pk, waiting)
-        waiting.append(request)
-
-    async def abandon(self, ident: str) -> bool | None:
-        """Undo the registration of *ident* (prefix + waiter id) whose caller gave up:
-        wait for its answer if it is in flight, then delete what it made.
-
-        :returns: whether an entry was deleted, or None if this client knows of no such
-            registration
-        """
-        request = self._requests.pop(ident, None)
-        if request is None:
-            return None
-        request.gone = True
-        if not request.future.done():
-            await asyncio.wait([request.future])
-        if request.future.cancelled():  # never sent
-            return False
-        if request.future.exception() is None:
-            entry = request.future.result()[0]
-            return await self._b.delete(entry)
-        if request.doubt is None:  # failed before it was sent
-            return False
-        await self.settle(request.doubt, delete=True)
-        return True
-
-    async def _send(self, pk: bytes, waiting: deque[_Request]) -> None:
-        batch: list[_Request] = []
-        try:
-            while waiting:
-                batch = self._take(waiting)
-                if not batch:
-                    continue
-                try:
-                    await self._register(pk, batch, waiting)
-                except Exception as exc:
-                    for request in batch:
-                        _fail(request, exc)
-        finally:
-            if self._waiting.get(pk) is waiting:
-                del self._waiting[pk]
-            closed = ClosedError("the etcd backend was closed")
-            for request in [*batch, *waiting]:  # the batch in flight too: its doubt stays
-                _fail(request, closed)
-
-    def _take(self, waiting: deque[_Request]) -> list[_Request]:
-        """The next batch: waiters of one lease, at most :data:`BATCH`, and a request well
-        under the size limit (a waiter that is too big alone fails alone)."""
-        batch: list[_Request] = []
-        room = self._b.max_request_size // 2
-        while waiting and len(batch) < BATCH:
-            request = waiting[0]
-            if request.gone:  # never sent: nothing happened
-                waiting.popleft().future.cancel()
-                continue
-            room -= len(request.value) + len(request.prefix) + len(request.waiter_id) + 64
-            if batch and (request.lease != batch[0].lease or room < 0):
-                break
-            batch.append(waiting.popleft())
-        return batch
-
-    async def _register(self, pk: bytes, batch: list[_Request], waiting: deque[_Request]) -> None:
-        tail = self._tail(pk)
-        known = self._tails.get(pk)
-        if known is None:
-            request = rpc.RangeRequest(key=tail)
-            known = self._tail_of(
-                await self._b._conn.call("register", lambda c: c.kv.Range, request)
-            )
-        mod, last = known
-        while True:
-            first = last + 1
-            # One batch never crosses a multiple of 64: its waiters' fences are its store
-            # revision << 6 | order % 64 (see fence_revision); the rest go next.
-            room = SUB - first % SUB
-            while len(batch) > room:
-                waiting.appendleft(batch.pop())
-            keys = [
-                self._order_key(pk, first + i) + r.waiter_id.encode() for i, r in enumerate(batch)
-            ]
-            for i, request in enumerate(batch):
-                request.doubt = _Doubt(mod, first + i, keys[i], request.lease)
-            success = [
-                _put(tail, b"%d" % (first + len(batch) - 1), batch[-1].lease),
-                *(_put(k, r.value, r.lease) for k, r in zip(keys, batch, strict=True)),
-                _range(self._order_key(pk, first - 1), self._order_key(pk, first)),
-            ]
-            failure = [_range(tail), _range(keys[0])]
-            if mod == 0:  # failed: the last key of the queue, which mine must sort after
-                failure.append(_range(keys[0], self._ordered_end(pk), last=True))
-            reply = await self._b._txn(
-                "register", self._compare(pk, mod, keys[0]), success, failure=failure
-            )
-            if reply.succeeded:
-                revision = reply.header.revision
-                self._remember(pk, (revision, first + len(batch) - 1))
-                kvs = reply.responses[-1].response_range.kvs
-                before = self._b._entry(kvs[-1]) if kvs else None
-                break
-            mine = reply.responses[1].response_range.kvs
-            if mine and mine[0].lease == batch[0].lease:  # a lost answer: it was applied
-                revision, before = mine[0].create_revision, None
-                self._tails.pop(pk, None)
-                break
-            mod, last = self._tail_of(reply, 0)
-            after = reply.responses[2].response_range.kvs if len(reply.responses) > 2 else ()
-            if not mod and after:  # no tail, and keys with higher numbers than I took
-                last = max(last, order_of(bytes(after[0].key).decode()) or 0)
-            self._remember(pk, (mod, last))
-        root = len(self._b._root)
-        for i, (key, request) in enumerate(zip(keys, batch, strict=True)):
-            entry = Entry(
-                key[root:].decode(),
-                request.value,
-                fence_revision(revision, first + i),
-                revision,
-                request.lease,
-            )
-            if not request.future.done():
-                request.future.set_result((entry, before, revision))
-            before = entry
-
-    def _compare(self, pk: bytes, mod: int, first: bytes) -> list[Any]:
-        """The compares of a registration whose first key is *first*, made after reading
-        the tail at mod revision *mod*: the tail is unchanged; with no tail (0), also no
-        key of the queue sorts at or after *first* (a queue whose tail went with its
-        newest waiter may hold older keys: mine must come after them)."""
-        tail = rpc.Compare(key=self._tail(pk), target=_MOD, mod_revision=mod, result=_EQUAL)
-        if mod:
-            return [tail]
-        end = self._ordered_end(pk)
-        after = rpc.Compare(
-            key=first, range_end=end, target=_CREATE, create_revision=0, result=_EQUAL
-        )
-        return [tail, after]
-
-    @staticmethod
-    def _ordered_end(pk: bytes) -> bytes:
-        """The end of the ordered keys' range (order numbers are hex digits)."""
-        return pk + _MARK + b"g"
-
-    def _tail_of(self, reply: Any, index: int | None = None) -> tuple[int, int]:
-        """(mod revision, newest order number) of the tail in *reply*. With no tail, the
-        number before the first of the store revision read plus one (every key's number
-        is below it, unless it was registered since, which the compare then tells)."""
-        kvs = reply.kvs if index is None else reply.responses[index].response_range.kvs
-        if kvs:
-            return kvs[0].mod_revision, int(kvs[0].value)
-        return 0, ((reply.header.revision + 1) << SUB_BITS) - 1
-
-    def _remember(self, pk: bytes, tail: tuple[int, int]) -> None:
-        if len(self._tails) >= 4096:
-            self._tails.clear()
-        self._tails[pk] = tail
-
-    async def settle(self, doubt: _Doubt, *, delete: bool) -> Entry | None:
-        """Make sure the unanswered registration *doubt* is never applied later: move the
-        tail past its compare if it was not applied, else read (or delete) its key.
-
-        :returns: the entry it made, if it made one and *delete* is false
-        """
-        pk = doubt.key[: doubt.key.rindex(b"/") + 1]
-        tail = self._tail(pk)
-        if doubt.mod:  # the tail moves; its value and lease stay
-            bump = rpc.PutRequest(key=tail, ignore_value=True, ignore_lease=True)
-        else:  # its compares hold: no key sorts at or after its key, so its number is
-            # above every key's, and it is made a tail (which fails the compares)
-            bump = rpc.PutRequest(key=tail, value=b"%d" % doubt.order, lease=doubt.lease)
-        mine = rpc.Compare(key=doubt.key, target=_LEASE, lease=doubt.lease, result=_EQUAL)
-        drop = rpc.TxnRequest(compare=[mine], success=[_delete(doubt.key)])
-        reply = await self._b._txn(
-            "register",
-            self._compare(pk, doubt.mod, doubt.key),
-            [rpc.RequestOp(request_put=bump)],
-            failure=[rpc.RequestOp(request_txn=drop) if delete else _range(doubt.key)],
-        )
-        self._tails.pop(pk, None)
-        if reply.succeeded or delete:
-            return None
-        kvs = reply.responses[0].response_range.kvs
-        return self._b._entry(kvs[0]) if kvs and kvs[0].lease == doubt.lease else None
-
     # -- position ------------------------------------------------------------------------------
 
     async def position(self, entry: Entry, *, ahead: int | None, kind: str | None) -> Position:
         key, pk, order = self._split(entry)
-        start = self.queue_range(pk)[0]
+        start = queue_range(pk)[0]
         if ahead == 1 and kind is None:
             return await self._nearest(entry, key, pk, order, start)
         if ahead == 0:
-            reply = await self._read(_range(key))
+            reply = await self._read(range_op(key))
             self._check_mine(entry, reply.kvs, key)
             return Position(entry, (), reply.header.revision)
         limit = ahead + 1 if ahead is not None and kind is None else 0
@@ -422,7 +206,7 @@ class Queues:
         self, entry: Entry, key: bytes, pk: bytes, order: int, start: bytes
     ) -> Position:
         # The key right before mine, with mine; and the first key of the queue.
-        window = _range(self._order_key(pk, order - 1), key + b"\0")
+        window = range_op(order_key(pk, order - 1), key + b"\0")
         head = rpc.RequestOp(
             request_range=rpc.RangeRequest(
                 key=start, range_end=key + b"\0", limit=1, keys_only=True
@@ -441,8 +225,8 @@ class Queues:
             return Position(entry, (), revision)
         # A waiter ahead left out of turn: the nearest within a window, else the
         # nearest of those ahead, sorted.
-        low = self._order_key(pk, max(order - WINDOW, 0))
-        reply = await self._read(_range(low, key + b"\0"))
+        low = order_key(pk, max(order - WINDOW, 0))
+        reply = await self._read(range_op(low, key + b"\0"))
         kvs = reply.kvs
         if len(kvs) < 2:
             request = rpc.RangeRequest(
@@ -468,55 +252,7 @@ class Queues:
     # -- delete --------------------------------------------------------------------------------
 
     def release_ops(self, entry: Entry) -> list[Any]:
-        """What deletes the waiter entry *entry*: its key, and the tail if it is still the
-        newest waiter's (the next registration starts a new run of numbers)."""
-        key, pk, order = self._split(entry)
-        tail = self._tail(pk)
-        newest = rpc.Compare(key=tail, target=_VALUE, value=b"%d" % order, result=_EQUAL)
-        drop_tail = rpc.TxnRequest(compare=[newest], success=[_delete(tail)])
-        return [_delete(key), rpc.RequestOp(request_txn=drop_tail)]
-
-
-def _failed(future: asyncio.Future[Any]) -> bool:
-    return future.done() and not future.cancelled() and future.exception() is not None
-
-
-def _fail(request: _Request, error: Exception) -> None:
-    if request.future.done():
-        return
-    request.future.set_exception(error)
-    if request.gone:  # nobody may ever ask: mark it retrieved (no "never retrieved" log)
-        request.future.exception()
-
-
-def _put(key: bytes, value: bytes, lease: int) -> Any:
-    return rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value, lease=lease))
-
-
-def _range(key: bytes, end: bytes | None = None, *, last: bool = False) -> Any:
-    if last:  # the last key of the range only
-        request = rpc.RangeRequest(
-            key=key,
-            range_end=end,
-            sort_order=_DESCEND,
-            sort_target=_BY_KEY,
-            limit=1,
-            keys_only=True,
-        )
-    elif end:
-        request = rpc.RangeRequest(key=key, range_end=end)
-    else:
-        request = rpc.RangeRequest(key=key)
-    return rpc.RequestOp(request_range=request)
-
-
-def fence_revision(create_revision: int, order: int) -> int:
-    """The creation order of an ordered waiter entry (its :attr:`Entry.revision`, hence
-    its fence): its store revision, then its place in the batch that revision registered
-    (a batch never crosses a multiple of :data:`SUB` order numbers). Strictly increasing
-    along the queue, and from one run of order numbers to the next."""
-    return create_revision << SUB_BITS | order % SUB
-
-
-def _delete(key: bytes) -> Any:
-    return rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key))
+        """What deletes the waiter entry *entry* (its key, and the tail if it is the
+        newest waiter's)."""
+        key, _, order = self._split(entry)
+        return drop_ops(key, order)

@@ -16,6 +16,7 @@ import pytest
 
 import coord
 from coord._url import parse_url
+from coord.abc import Create, Entry
 from coord.backends.etcd import EtcdBackend
 from coord.testing import expire_session
 
@@ -198,9 +199,80 @@ async def test_a_wrong_guess_of_an_empty_queue_is_corrected(etcd_url: str) -> No
         a, b = await clients(stack, etcd_url, 2)
         pa = await batch(a.backend, "m/", a.session.lease, 3)
         assert await a.backend.delete(pa[-1].entry)  # the tail goes; two waiters remain
-        queues = b.backend._queues  # type: ignore[attr-defined]
-        queues._tails[b.backend._key("m/")] = (0, 0)  # type: ignore[attr-defined]
+        registrar = b.backend._registrar  # type: ignore[attr-defined]
+        registrar._tails[b.backend._key("m/")] = (0, 0)  # type: ignore[attr-defined]
         pb = await b.backend.register("m/", wid(), b.session.lease)
         assert [e.key for e in pb.ahead] == [pa[1].entry.key]
         listed = (await b.backend.entries("m/")).entries
         assert [e.key for e in listed] == [pa[0].entry.key, pa[1].entry.key, pb.entry.key]
+
+
+def _fail_first_register(
+    backend: Any, monkeypatch: pytest.MonkeyPatch, *, applied: bool
+) -> list[tuple[Any, ...]]:
+    """Make the backend's first registration transaction raise BackendUnavailable: sent
+    and applied (*applied*: the answer was lost) or kept back, to be sent by the test."""
+    real = backend._txn
+    held: list[tuple[Any, ...]] = []
+
+    async def txn(what: str, *args: Any, **kwargs: Any) -> Any:
+        if what != "register" or held:
+            return await real(what, *args, **kwargs)
+        held.append((real, what, args, kwargs))
+        if applied:
+            await real(what, *args, **kwargs)
+        raise coord.BackendUnavailable("the answer was lost")
+
+    monkeypatch.setattr(backend, "_txn", txn)
+    return held
+
+
+async def test_a_lost_registration_on_an_empty_queue_cannot_apply_after_it_was_settled(
+    etcd_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first attempt is late, not lost: it reaches the store after its repeat has
+    registered, held and released (the queue is empty again, its compares would hold)."""
+    async with coord.connect(etcd_url, ttl=30) as a:
+        held = _fail_first_register(a.backend, monkeypatch, applied=False)
+        waiter = wid()
+        with pytest.raises(coord.BackendUnavailable):
+            await a.backend.register("m/", waiter, a.session.lease)
+        again = await a.backend.register("m/", waiter, a.session.lease)
+        assert again.is_head
+        assert await a.backend.delete(again.entry)
+        real, what, args, kwargs = held[0]
+        late = await real(what, *args, **kwargs)
+        assert not late.succeeded
+        assert (await a.backend.entries("m/")).entries == ()
+
+
+@pytest.mark.parametrize("applied", [False, True])
+@pytest.mark.parametrize("tail", [False, True])
+async def test_abandoning_a_lost_registration_leaves_nothing(
+    etcd_url: str, monkeypatch: pytest.MonkeyPatch, applied: bool, tail: bool
+) -> None:
+    """Neither the entry nor the queue's tail (waiting until the session ends), on a
+    queue with a tail (another waiter's) or without."""
+    async with AsyncExitStack() as stack:
+        other, a = await clients(stack, etcd_url, 2)
+        first = await other.backend.register("m/", wid(), other.session.lease)
+        if not tail:
+            assert await other.backend.delete(first.entry)  # no tail: a new run
+        _fail_first_register(a.backend, monkeypatch, applied=applied)
+        waiter = wid()
+        with pytest.raises(coord.BackendUnavailable):
+            await a.backend.register("m/", waiter, a.session.lease)
+        provisional = Entry("m/" + waiter, lease=a.session.lease.id)
+        assert await a.backend.delete(provisional) is applied
+        if tail:
+            assert await other.backend.delete(first.entry)
+        assert (await a.backend.entries("m/")).entries == ()
+        assert await a.backend.get("m/@") is None
+
+
+async def test_a_foreign_key_among_the_waiters_is_an_error_not_a_loop(etcd_url: str) -> None:
+    """A queue's claim (``@c``, no order number) under a name that a mutex also uses."""
+    async with coord.connect(etcd_url, ttl=30) as a:
+        await a.backend.transact([Create("m/", f"@c{uuid.uuid4().hex}", b"", a.session.lease)])
+        with anyio.fail_after(5), pytest.raises(coord.ConfigurationError, match="not one"):
+            await a.backend.register("m/", wid(), a.session.lease)

@@ -1,0 +1,346 @@
+"""Registering ordered waiter entries on etcd: one transaction per batch, and settling a
+batch whose answer was lost (the key layout and why: ``_queue.py``).
+
+A client's registrations on one prefix go out one batch at a time, by a task of the
+backend: the waiters that arrived while the previous batch was in flight (up to 64, of
+one lease, never across a multiple of 64 order numbers). Each batch compares the tail it
+read, so a conflict with another client costs a round trip, not a wrong order.
+
+A registration whose caller stopped waiting (cancelled) or whose answer was lost
+(BackendUnavailable) stays known by its waiter id until a repeat takes it over or an
+abandonment (the delete of a provisional entry) undoes it: so one waiter id never has
+two keys, and nothing it made is left bound to a live lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from aetcd import rpc
+
+from ..._exceptions import ClosedError, ConfigurationError
+from ...abc import Entry, Position
+from ._kv import _CREATE, _EQUAL, _LEASE, _MOD
+from ._queue import (
+    SUB,
+    SUB_BITS,
+    Backend,
+    Queues,
+    drop_ops,
+    fence_revision,
+    kill_key,
+    order_key,
+    order_of,
+    ordered_end,
+    range_op,
+    tail_key,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = ["Registrar"]
+
+
+@dataclass(frozen=True)
+class _Doubt:
+    """A registration sent whose answer was lost. It may still be applied: with a tail
+    (*mod*, its mod revision), only while the tail has not moved; with none (*mod* 0),
+    as long as no key sorts at or after *first* and ``kill_key(first)`` is absent."""
+
+    mod: int
+    order: int
+    key: bytes
+    lease: int
+    first: bytes  # the first key of its batch
+
+
+@dataclass(eq=False)
+class _Request:
+    """One registration, from its call until its caller has its answer."""
+
+    prefix: str
+    waiter_id: str
+    value: bytes
+    lease: int
+    #: (my entry, the entry right before it if known, the revision read)
+    future: asyncio.Future[tuple[Entry, Entry | None, int]]
+    #: No caller waits for it (cancelled): not sent if it was not yet.
+    gone: bool = False
+    #: The last attempt sent, until its answer came.
+    doubt: _Doubt | None = None
+
+
+class Registrar:
+    """The ordered registrations of one backend."""
+
+    def __init__(self, backend: Backend, queues: Queues) -> None:
+        self._b = backend
+        self._queues = queues
+        # Last seen (mod revision, newest order number) of each prefix's tail.
+        self._tails: dict[bytes, tuple[int, int]] = {}
+        # The requests of each prefix not sent yet, while its sender task runs.
+        self._waiting: dict[bytes, deque[_Request]] = {}
+        # prefix + waiter id -> its registration, until its caller has the answer.
+        self._requests: dict[str, _Request] = {}
+
+    async def register(
+        self,
+        prefix: str,
+        waiter_id: str,
+        lease: int,
+        value: bytes,
+        ahead: int | None,
+        kind: str | None,
+    ) -> Position:
+        pk = self._b._key(prefix)
+        self._b._key(prefix + "@" + "0" * 16 + waiter_id)  # the length check
+        ident = prefix + waiter_id
+        request = self._requests.get(ident)
+        if request is not None and _failed(request.future):
+            # Its answer was lost: make sure it is never applied late, or find its entry.
+            found = await self._settle(request.doubt, delete=False) if request.doubt else None
+            del self._requests[ident]
+            if isinstance(found, Entry):
+                return await self._queues.position(found, ahead=ahead, kind=kind)
+            request = None
+        if request is None or request.future.cancelled():  # else: take the earlier one over
+            loop = asyncio.get_running_loop()
+            request = _Request(prefix, waiter_id, value, lease, loop.create_future())
+            self._requests[ident] = request
+            self._enqueue(pk, request)
+        request.gone = False
+        try:
+            # Shielded: a cancelled caller leaves the request's outcome to a repeat, or
+            # to the abandonment that deletes what it made.
+            entry, before, revision = await asyncio.shield(request.future)
+        except asyncio.CancelledError:
+            request.gone = True
+            raise
+        del self._requests[ident]
+        if ahead == 0:
+            return Position(entry, (), revision)
+        if ahead == 1 and kind is None and before is not None:
+            return Position(entry, (before,), revision)
+        return await self._queues.position(entry, ahead=ahead, kind=kind)
+
+    async def abandon(self, ident: str) -> bool | None:
+        """Undo the registration of *ident* (prefix + waiter id) whose caller gave up:
+        wait for its answer if it is in flight, then delete what it made.
+
+        :returns: whether an entry was deleted, or None if this client knows of no such
+            registration
+        """
+        request = self._requests.pop(ident, None)
+        if request is None:
+            return None
+        request.gone = True
+        if not request.future.done():
+            await asyncio.wait([request.future])
+        if request.future.cancelled():  # never sent
+            return False
+        if request.future.exception() is None:
+            return await self._b.delete(request.future.result()[0])
+        if request.doubt is None:  # failed before it was sent
+            return False
+        return bool(await self._settle(request.doubt, delete=True))
+
+    # -- the sender ----------------------------------------------------------------------------
+
+    def _enqueue(self, pk: bytes, request: _Request) -> None:
+        waiting = self._waiting.get(pk)
+        if waiting is None:
+            if self._b._tg is None:
+                raise ClosedError("the etcd backend is closed")
+            waiting = self._waiting[pk] = deque()
+            self._b._tg.start_soon(self._send, pk, waiting)
+        waiting.append(request)
+
+    async def _send(self, pk: bytes, waiting: deque[_Request]) -> None:
+        batch: list[_Request] = []
+        try:
+            while waiting:
+                batch = self._take(waiting)
+                if not batch:
+                    continue
+                try:
+                    await self._register(pk, batch, waiting)
+                except Exception as exc:
+                    for request in batch:
+                        _fail(request, exc)
+        finally:
+            if self._waiting.get(pk) is waiting:
+                del self._waiting[pk]
+            closed = ClosedError("the etcd backend was closed")
+            for request in [*batch, *waiting]:  # the batch in flight too: its doubt stays
+                _fail(request, closed)
+
+    def _take(self, waiting: deque[_Request]) -> list[_Request]:
+        """The next batch: waiters of one lease, at most :data:`SUB`, and a request well
+        under the size limit (a waiter that is too big alone fails alone)."""
+        batch: list[_Request] = []
+        room = self._b.max_request_size // 2
+        while waiting and len(batch) < SUB:
+            request = waiting[0]
+            if request.gone:  # never sent: nothing happened
+                waiting.popleft().future.cancel()
+                continue
+            room -= len(request.value) + len(request.prefix) + len(request.waiter_id) + 64
+            if batch and (request.lease != batch[0].lease or room < 0):
+                break
+            batch.append(waiting.popleft())
+        return batch
+
+    # -- one batch -----------------------------------------------------------------------------
+
+    async def _register(self, pk: bytes, batch: list[_Request], waiting: deque[_Request]) -> None:
+        tail = tail_key(pk)
+        known = self._tails.get(pk)
+        if known is None:
+            request = rpc.RangeRequest(key=tail)
+            reply = await self._b._conn.call("register", lambda c: c.kv.Range, request)
+            known = _tail_of(reply.kvs, reply.header.revision)
+        mod, last = known
+        while True:
+            first = last + 1
+            # One batch never crosses a multiple of 64 numbers (its fences share its
+            # store revision: fence_revision); the rest go next.
+            while len(batch) > SUB - first % SUB:
+                waiting.appendleft(batch.pop())
+            keys = [order_key(pk, first + i) + r.waiter_id.encode() for i, r in enumerate(batch)]
+            for i, request in enumerate(batch):
+                request.doubt = _Doubt(mod, first + i, keys[i], request.lease, keys[0])
+            reply = await self._attempt(pk, batch, keys, mod, first)
+            if reply.succeeded:
+                revision = reply.header.revision
+                self._remember(pk, (revision, first + len(batch) - 1))
+                kvs = reply.responses[-1].response_range.kvs
+                before = self._b._entry(kvs[-1]) if kvs else None
+                break
+            mine = reply.responses[1].response_range.kvs
+            if mine and mine[0].lease == batch[0].lease:  # a lost answer: it was applied
+                revision, before = mine[0].create_revision, None
+                self._tails.pop(pk, None)
+                break
+            mod, last = self._after_conflict(pk, reply)
+        root = len(self._b._root)
+        for i, (key, request) in enumerate(zip(keys, batch, strict=True)):
+            created = fence_revision(revision, first + i)
+            entry = Entry(key[root:].decode(), request.value, created, revision, request.lease)
+            if not request.future.done():
+                request.future.set_result((entry, before, revision))
+            before = entry
+
+    async def _attempt(
+        self, pk: bytes, batch: list[_Request], keys: list[bytes], mod: int, first: int
+    ) -> Any:
+        tail = tail_key(pk)
+        success = [
+            _put(tail, b"%d" % (first + len(batch) - 1), batch[-1].lease),
+            *(_put(k, r.value, r.lease) for k, r in zip(keys, batch, strict=True)),
+            range_op(order_key(pk, first - 1), order_key(pk, first)),  # the one ahead
+        ]
+        failure = [range_op(tail), range_op(keys[0])]
+        if not mod:  # the last key of the queue, which mine must sort after
+            failure.append(range_op(keys[0], ordered_end(pk), last=True))
+        # With no tail, not repeated inside the call: a first try that is only late
+        # would still apply after a repeat failed, once the queue drained again; a lost
+        # answer is a doubt that its settling makes sure of.
+        compare = self._compare(pk, mod, keys[0])
+        return await self._b._txn("register", compare, success, failure=failure, retry=bool(mod))
+
+    def _compare(self, pk: bytes, mod: int, first: bytes) -> list[Any]:
+        """A registration's compares, made after reading the tail at *mod*: the tail is
+        unchanged; with no tail (0), also no key of the queue sorts at or after *first*
+        (one whose tail went with its newest waiter may hold older keys), and the key
+        that settling it makes, ``kill_key(first)``, is absent."""
+        tail = rpc.Compare(key=tail_key(pk), target=_MOD, mod_revision=mod, result=_EQUAL)
+        if mod:
+            return [tail]
+        end = ordered_end(pk)
+        after = rpc.Compare(
+            key=first, range_end=end, target=_CREATE, create_revision=0, result=_EQUAL
+        )
+        killed = rpc.Compare(key=kill_key(first), target=_CREATE, create_revision=0, result=_EQUAL)
+        return [tail, after, killed]
+
+    def _after_conflict(self, pk: bytes, reply: Any) -> tuple[int, int]:
+        """The tail to number from after a failed compare."""
+        responses = reply.responses
+        mod, last = _tail_of(responses[0].response_range.kvs, reply.header.revision)
+        after = responses[2].response_range.kvs if len(responses) > 2 else ()
+        if not mod and after:  # no tail, and a key that sorts after the first I took
+            key = bytes(after[0].key)
+            order = order_of(key.decode(errors="replace"))
+            if order is None:  # it would fail every attempt
+                raise ConfigurationError(
+                    f"etcd: the key {key!r} lies among the waiter entries of its prefix but "
+                    "is not one (another recipe's entries under the same name?)"
+                )
+            last = max(last, order)
+        self._remember(pk, (mod, last))
+        return mod, last
+
+    def _remember(self, pk: bytes, tail: tuple[int, int]) -> None:
+        if len(self._tails) >= 4096:
+            self._tails.clear()
+        self._tails[pk] = tail
+
+    # -- a lost answer ---------------------------------------------------------------------------
+
+    async def _settle(self, doubt: _Doubt, *, delete: bool) -> Entry | bool | None:
+        """Make sure the unanswered registration *doubt* is never applied later, and read
+        (or, with *delete*, delete) the key it made if it was applied.
+
+        :returns: the entry it made (None: none), or with *delete* whether one was deleted
+        """
+        pk = doubt.key[: doubt.key.rindex(b"/") + 1]
+        mine = rpc.Compare(key=doubt.key, target=_LEASE, lease=doubt.lease, result=_EQUAL)
+        drop = rpc.TxnRequest(compare=[mine], success=drop_ops(doubt.key, doubt.order))
+        then = rpc.RequestOp(request_txn=drop) if delete else range_op(doubt.key)
+        if doubt.mod:  # it failed if the tail moved: move it (its value and lease stay)
+            bump = rpc.PutRequest(key=tail_key(pk), ignore_value=True, ignore_lease=True)
+            compare = self._compare(pk, doubt.mod, doubt.first)
+            reply = await self._b._txn(
+                "register", compare, [rpc.RequestOp(request_put=bump)], failure=[then]
+            )
+            answer = None if reply.succeeded else reply.responses[0]
+        else:  # it fails once its kill key exists, bound to its lease as its keys were
+            kill = _put(kill_key(doubt.first), b"", doubt.lease)
+            reply = await self._b._txn("register", [], [kill, then])
+            answer = reply.responses[1]
+        self._tails.pop(pk, None)
+        if answer is None:
+            return False if delete else None
+        if delete:
+            return bool(answer.response_txn.succeeded)
+        kvs = answer.response_range.kvs
+        return self._b._entry(kvs[0]) if kvs and kvs[0].lease == doubt.lease else None
+
+
+def _tail_of(kvs: Sequence[Any], revision: int) -> tuple[int, int]:
+    """(mod revision, newest order number) of the tail read as *kvs* at *revision*. With
+    no tail, the number before the store revision read plus one, times 64: every key's
+    number is below it, unless registered since (the compares then tell)."""
+    if kvs:
+        return kvs[0].mod_revision, int(kvs[0].value)
+    return 0, ((revision + 1) << SUB_BITS) - 1
+
+
+def _failed(future: asyncio.Future[Any]) -> bool:
+    return future.done() and not future.cancelled() and future.exception() is not None
+
+
+def _fail(request: _Request, error: Exception) -> None:
+    if request.future.done():
+        return
+    request.future.set_exception(error)
+    if request.gone:  # nobody may ever ask: mark it retrieved (no "never retrieved" log)
+        request.future.exception()
+
+
+def _put(key: bytes, value: bytes, lease: int) -> Any:
+    return rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value, lease=lease))
