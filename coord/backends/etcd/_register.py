@@ -99,16 +99,18 @@ class Registrar:
         pk = self._b._key(prefix)
         self._b._key(prefix + "@" + "0" * 16 + waiter_id)  # the length check
         ident = prefix + waiter_id
+        loop = asyncio.get_running_loop()
         request = self._requests.get(ident)
         if request is not None and _failed(request.future):
             # Its answer was lost: make sure it is never applied late, or find its entry.
             found = await self._settle(request.doubt, delete=False) if request.doubt else None
             del self._requests[ident]
-            if isinstance(found, Entry):
-                return await self._queues.position(found, ahead=ahead, kind=kind)
             request = None
+            if isinstance(found, Entry):  # known from now on as that entry, read below
+                request = _Request(prefix, waiter_id, value, lease, loop.create_future())
+                request.future.set_result((found, None, 0))
+                self._requests[ident] = request
         if request is None or request.future.cancelled():  # else: take the earlier one over
-            loop = asyncio.get_running_loop()
             request = _Request(prefix, waiter_id, value, lease, loop.create_future())
             self._requests[ident] = request
             self._enqueue(pk, request)
@@ -120,12 +122,14 @@ class Registrar:
         except asyncio.CancelledError:
             request.gone = True
             raise
+        if ahead == 0 and revision:
+            position = Position(entry, (), revision)
+        elif ahead == 1 and kind is None and before is not None:
+            position = Position(entry, (before,), revision)
+        else:  # forgotten only once read: a repeat after a failed read finds the entry
+            position = await self._queues.position(entry, ahead=ahead, kind=kind)
         del self._requests[ident]
-        if ahead == 0:
-            return Position(entry, (), revision)
-        if ahead == 1 and kind is None and before is not None:
-            return Position(entry, (before,), revision)
-        return await self._queues.position(entry, ahead=ahead, kind=kind)
+        return position
 
     async def abandon(self, ident: str) -> bool | None:
         """Undo the registration of *ident* (prefix + waiter id) whose caller gave up:
@@ -134,19 +138,24 @@ class Registrar:
         :returns: whether an entry was deleted, or None if this client knows of no such
             registration
         """
-        request = self._requests.pop(ident, None)
+        request = self._requests.get(ident)
         if request is None:
             return None
         request.gone = True
         if not request.future.done():
             await asyncio.wait([request.future])
+        # Forgotten only once undone: a failure here leaves it for the next attempt.
         if request.future.cancelled():  # never sent
-            return False
-        if request.future.exception() is None:
-            return await self._b.delete(request.future.result()[0])
-        if request.doubt is None:  # failed before it was sent
-            return False
-        return bool(await self._settle(request.doubt, delete=True))
+            deleted = False
+        elif request.future.exception() is None:
+            deleted = await self._b.delete(request.future.result()[0])
+        elif request.doubt is None:  # failed before it was sent
+            deleted = False
+        else:
+            deleted = bool(await self._settle(request.doubt, delete=True))
+        if self._requests.get(ident) is request:
+            del self._requests[ident]
+        return deleted
 
     # -- the sender ----------------------------------------------------------------------------
 

@@ -276,3 +276,124 @@ async def test_a_foreign_key_among_the_waiters_is_an_error_not_a_loop(etcd_url: 
         await a.backend.transact([Create("m/", f"@c{uuid.uuid4().hex}", b"", a.session.lease)])
         with anyio.fail_after(5), pytest.raises(coord.ConfigurationError, match="not one"):
             await a.backend.register("m/", wid(), a.session.lease)
+
+
+def fail_first_position(backend: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The first "position" read raises BackendUnavailable (store unreachable for the
+    whole request budget, e.g. a partition of > request_timeout)."""
+    conn = backend._conn
+    real = conn.call_answer
+    failed: list[str] = []
+
+    async def answer(what: str, *args: Any, **kwargs: Any) -> Any:
+        if what == "position" and not failed:
+            failed.append(what)
+            raise coord.BackendUnavailable("injected: position read failed")
+        return await real(what, *args, **kwargs)
+
+    monkeypatch.setattr(conn, "call_answer", answer)
+    return failed
+
+
+async def test_a_repeat_after_a_failed_position_read_finds_the_entry(
+    etcd_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with coord.connect(etcd_url, ttl=30) as a:
+        fail_first_position(a.backend, monkeypatch)
+        waiter = wid()
+        with pytest.raises(coord.BackendUnavailable):
+            # Registered (the txn answered), then the position read failed.
+            await a.backend.register("m/", waiter, a.session.lease)
+        again = await a.backend.register("m/", waiter, a.session.lease)
+        listed = (await a.backend.entries("m/")).entries
+        # One waiter id never has two entries: the repeat returns the first.
+        assert len(listed) == 1, [e.key for e in listed]
+        assert again.is_head
+
+
+async def test_an_acquire_whose_position_read_failed_does_not_wait_on_itself(
+    etcd_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with AsyncExitStack() as stack:
+        a, b = await clients(stack, etcd_url, 2)
+        fail_first_position(a.backend, monkeypatch)
+        acquired = False
+        with anyio.move_on_after(5):
+            async with a.mutex("m"):
+                acquired = True
+        keys = [e.key for e in (await b.backend.entries("m/")).entries]
+        assert acquired, f"a's uncontended acquire hung; keys left: {keys}"
+        with anyio.fail_after(5):
+            async with b.mutex("m"):
+                pass
+
+
+def _hold_back_then_fail(
+    backend: Any, monkeypatch: pytest.MonkeyPatch, in_flight: float = 0.0
+) -> tuple[Any, list[tuple[Any, ...]]]:
+    """The first registration transaction is held back (to be sent by the test, late)
+    after *in_flight* seconds, the second (its settling) fails before it is sent."""
+    real = backend._txn
+    held: list[tuple[Any, ...]] = []
+    calls: list[str] = []
+
+    async def txn(what: str, *args: Any, **kwargs: Any) -> Any:
+        if what != "register":
+            return await real(what, *args, **kwargs)
+        calls.append(what)
+        if len(calls) == 1:
+            held.append((what, args, kwargs))
+            await anyio.sleep(in_flight)
+            raise coord.BackendUnavailable("injected: in flight")
+        if len(calls) == 2:
+            raise coord.BackendUnavailable("injected: failed before sending")
+        return await real(what, *args, **kwargs)
+
+    monkeypatch.setattr(backend, "_txn", txn)
+    return real, held
+
+
+@pytest.mark.parametrize("tail", [False, True])
+async def test_an_abandonment_that_failed_is_repeated_until_the_late_attempt_cannot_apply(
+    etcd_url: str, monkeypatch: pytest.MonkeyPatch, tail: bool
+) -> None:
+    """The attempt is in flight (answer lost, not applied yet); the abandonment's settle
+    fails before it is sent; the delete is repeated (as _delete_until_done does): abandon
+    settles it then (it was not applied: False), and the late attempt cannot apply: no
+    key is left bound to the live lease."""
+    async with AsyncExitStack() as stack:
+        other, a = await clients(stack, etcd_url, 2)
+        if tail:  # a queue with a tail (another's waiter): the attempt compares its mod
+            first = await other.backend.register("m/", wid(), other.session.lease)
+        real, held = _hold_back_then_fail(a.backend, monkeypatch)
+        waiter = wid()
+        with pytest.raises(coord.BackendUnavailable):
+            await a.backend.register("m/", waiter, a.session.lease)
+        provisional = Entry("m/" + waiter, lease=a.session.lease.id)
+        with pytest.raises(coord.BackendUnavailable):
+            await a.backend.delete(provisional)
+        assert await a.backend.delete(provisional) is False  # the repeat settles it
+        what, args, kwargs = held[0]
+        late = await real(what, *args, **kwargs)
+        if tail:
+            assert await other.backend.delete(first.entry)
+        left = (await a.backend.entries("m/")).entries
+        assert not late.succeeded
+        assert left == (), [e.key for e in left]
+
+
+async def test_a_timed_out_acquire_whose_clean_up_failed_leaves_nothing_that_blocks(
+    etcd_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with AsyncExitStack() as stack:
+        a, b = await clients(stack, etcd_url, 2)
+        real, held = _hold_back_then_fail(a.backend, monkeypatch, in_flight=0.3)
+        with anyio.move_on_after(0.1):
+            async with a.mutex("m"):
+                pytest.fail("acquired")
+        await anyio.sleep(1.5)  # the session's task abandons it (settle fails, repeated)
+        what, args, kwargs = held[0]
+        await real(what, *args, **kwargs)  # the late attempt arrives
+        with anyio.fail_after(5):
+            async with b.mutex("m"):
+                pass
