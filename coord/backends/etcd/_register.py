@@ -3,7 +3,8 @@ batch whose answer was lost (the key layout and why: ``_queue.py``).
 
 A client's registrations on one prefix go out one batch at a time, by a task of the
 backend: the waiters that arrived while the previous batch was in flight (up to 64, of
-one lease, never across a multiple of 64 order numbers). Each batch compares the tail it
+one lease; a batch that would cross a multiple of 64 order numbers starts at the next
+one: numbers may skip, never repeat). Each batch compares the tail it
 read, so a conflict with another client costs a round trip, not a wrong order.
 
 A registration whose caller stopped waiting (cancelled) or whose answer was lost
@@ -176,7 +177,7 @@ class Registrar:
                 if not batch:
                     continue
                 try:
-                    await self._register(pk, batch, waiting)
+                    await self._register(pk, batch)
                 except Exception as exc:
                     for request in batch:
                         _fail(request, exc)
@@ -205,7 +206,7 @@ class Registrar:
 
     # -- one batch -----------------------------------------------------------------------------
 
-    async def _register(self, pk: bytes, batch: list[_Request], waiting: deque[_Request]) -> None:
+    async def _register(self, pk: bytes, batch: list[_Request]) -> None:
         tail = tail_key(pk)
         known = self._tails.get(pk)
         if known is None:
@@ -214,15 +215,15 @@ class Registrar:
             known = _tail_of(reply.kvs, reply.header.revision)
         mod, last = known
         while True:
-            first = last + 1
             # One batch never crosses a multiple of 64 numbers (its fences share its
-            # store revision: fence_revision); the rest go next.
-            while len(batch) > SUB - first % SUB:
-                waiting.appendleft(batch.pop())
+            # store revision: fence_revision): one that would starts at the next one.
+            first = last + 1
+            if first % SUB + len(batch) > SUB:
+                first += SUB - first % SUB
             keys = [order_key(pk, first + i) + r.waiter_id.encode() for i, r in enumerate(batch)]
             for i, request in enumerate(batch):
                 request.doubt = _Doubt(mod, first + i, keys[i], request.lease, keys[0])
-            reply = await self._attempt(pk, batch, keys, mod, first)
+            reply = await self._attempt(pk, batch, keys, mod, (last, first))
             if reply.succeeded:
                 revision = reply.header.revision
                 self._remember(pk, (revision, first + len(batch) - 1))
@@ -244,13 +245,14 @@ class Registrar:
             before = entry
 
     async def _attempt(
-        self, pk: bytes, batch: list[_Request], keys: list[bytes], mod: int, first: int
+        self, pk: bytes, batch: list[_Request], keys: list[bytes], mod: int, span: tuple[int, int]
     ) -> Any:
         tail = tail_key(pk)
+        last, first = span  # the tail's number (or the guess), and the batch's first
         success = [
             _put(tail, b"%d" % (first + len(batch) - 1), batch[-1].lease),
             *(_put(k, r.value, r.lease) for k, r in zip(keys, batch, strict=True)),
-            range_op(order_key(pk, first - 1), order_key(pk, first)),  # the one ahead
+            range_op(order_key(pk, last), keys[0]),  # the one ahead: the tail's, if still there
         ]
         failure = [range_op(tail), range_op(keys[0])]
         if not mod:  # the last key of the queue, which mine must sort after
