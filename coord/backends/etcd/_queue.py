@@ -15,7 +15,8 @@ newest one. Under a prefix ``P`` (ending in ``/``):
   revision as before.
 
 A new key always sorts after every key of the queue: the next number is the tail's plus
-one (the compare: the tail is unchanged); with no tail (the queue drained, or its newest
+one, or the next multiple of 64 for a batch that would cross one (the compare: the tail
+is unchanged); with no tail (the queue drained, or its newest
 waiter left or lost its lease while others wait) it is the store revision read plus one,
 times 64, and the compare also asks that no key of the queue sort at or after the new
 one (a range that is empty unless the guess was wrong: the answer then names the last

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from aetcd import rpc
 
-from ..._exceptions import ClosedError, ConfigurationError
+from ..._exceptions import BackendUnavailable, ClosedError, ConfigurationError
 from ...abc import Entry, Position
 from ._kv import _CREATE, _EQUAL, _LEASE, _MOD
 from ._queue import (
@@ -206,14 +206,14 @@ class Registrar:
 
     # -- one batch -----------------------------------------------------------------------------
 
+    async def _read_tail(self, pk: bytes) -> tuple[int, int]:
+        request = rpc.RangeRequest(key=tail_key(pk))
+        reply = await self._b._conn.call("register", lambda c: c.kv.Range, request)
+        return _tail_of(reply.kvs, reply.header.revision)
+
     async def _register(self, pk: bytes, batch: list[_Request]) -> None:
-        tail = tail_key(pk)
         known = self._tails.get(pk)
-        if known is None:
-            request = rpc.RangeRequest(key=tail)
-            reply = await self._b._conn.call("register", lambda c: c.kv.Range, request)
-            known = _tail_of(reply.kvs, reply.header.revision)
-        mod, last = known
+        mod, last = known if known is not None else await self._read_tail(pk)
         while True:
             # One batch never crosses a multiple of 64 numbers (its fences share its
             # store revision: fence_revision): one that would starts at the next one.
@@ -223,7 +223,19 @@ class Registrar:
             keys = [order_key(pk, first + i) + r.waiter_id.encode() for i, r in enumerate(batch)]
             for i, request in enumerate(batch):
                 request.doubt = _Doubt(mod, first + i, keys[i], request.lease, keys[0])
-            reply = await self._attempt(pk, batch, keys, mod, (last, first))
+            try:
+                reply = await self._attempt(pk, batch, keys, mod, (last, first))
+            except BackendUnavailable:
+                if mod:
+                    raise
+                # Made with no tail, it is not repeated inside the call: settled here, it
+                # can never apply late; then it goes again, unless it was applied.
+                found = await self._settle(batch[0].doubt, delete=False)  # type: ignore[arg-type]
+                if isinstance(found, Entry):
+                    revision, before = found.version, None
+                    break
+                mod, last = await self._read_tail(pk)
+                continue
             if reply.succeeded:
                 revision = reply.header.revision
                 self._remember(pk, (revision, first + len(batch) - 1))
@@ -258,8 +270,8 @@ class Registrar:
         if not mod:  # the last key of the queue, which mine must sort after
             failure.append(range_op(keys[0], ordered_end(pk), last=True))
         # With no tail, not repeated inside the call: a first try that is only late
-        # would still apply after a repeat failed, once the queue drained again; a lost
-        # answer is a doubt that its settling makes sure of.
+        # would still apply after a repeat failed, once the queue drained again. The
+        # caller (_register) settles a failed one instead, then goes again.
         compare = self._compare(pk, mod, keys[0])
         return await self._b._txn("register", compare, success, failure=failure, retry=bool(mod))
 

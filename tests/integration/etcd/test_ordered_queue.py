@@ -116,16 +116,7 @@ async def test_a_repeat_of_an_unsent_registration_after_the_queue_moved_on(
     tail with it); A repeats: A queues behind B."""
     async with AsyncExitStack() as stack:
         a, b, c = await clients(stack, etcd_url, 3)
-        real = a.backend._txn  # type: ignore[attr-defined]
-        failed: list[str] = []
-
-        async def cut(what: str, *args: Any, **kwargs: Any) -> Any:
-            if what == "register" and not failed:
-                failed.append(what)
-                raise coord.BackendUnavailable("cut before sending")
-            return await real(what, *args, **kwargs)
-
-        monkeypatch.setattr(a.backend, "_txn", cut)
+        _register_faults(a.backend, monkeypatch, "cut", "cut")  # and its settling
         waiter = wid()
         with pytest.raises(coord.BackendUnavailable):
             await a.backend.register("m/", waiter, a.session.lease)
@@ -147,17 +138,7 @@ async def test_a_repeat_after_a_lost_answer_on_an_empty_queue_finds_its_entry(
     tail goes); A repeats: its first entry, not a second one."""
     async with AsyncExitStack() as stack:
         a, b = await clients(stack, etcd_url, 2)
-        real = a.backend._txn  # type: ignore[attr-defined]
-        lost: list[str] = []
-
-        async def lose(what: str, *args: Any, **kwargs: Any) -> Any:
-            reply = await real(what, *args, **kwargs)
-            if what == "register" and not lost:
-                lost.append(what)
-                raise coord.BackendUnavailable("the answer was lost")
-            return reply
-
-        monkeypatch.setattr(a.backend, "_txn", lose)
+        _register_faults(a.backend, monkeypatch, "apply", "cut")  # and its settling
         waiter = wid()
         with pytest.raises(coord.BackendUnavailable):
             await a.backend.register("m/", waiter, a.session.lease)
@@ -207,24 +188,47 @@ async def test_a_wrong_guess_of_an_empty_queue_is_corrected(etcd_url: str) -> No
         assert [e.key for e in listed] == [pa[0].entry.key, pa[1].entry.key, pb.entry.key]
 
 
-def _fail_first_register(
-    backend: Any, monkeypatch: pytest.MonkeyPatch, *, applied: bool
-) -> list[tuple[Any, ...]]:
-    """Make the backend's first registration transaction raise BackendUnavailable: sent
-    and applied (*applied*: the answer was lost) or kept back, to be sent by the test."""
+def _register_faults(
+    backend: Any, monkeypatch: pytest.MonkeyPatch, *steps: str, in_flight: float = 0.0
+) -> tuple[Any, list[tuple[Any, ...]]]:
+    """Faults on the backend's next registration transactions (attempts and settlings),
+    one step each, then none: ``"hold"`` raises BackendUnavailable after *in_flight*
+    seconds and keeps the request back, for the test to send late; ``"apply"`` sends it
+    and loses the answer; ``"cut"`` fails it before it is sent. A registration made with
+    no tail settles a failed attempt itself: give it a step too.
+
+    :returns: the real ``_txn``, and the requests held back (what, args, kwargs)
+    """
     real = backend._txn
+    todo = list(steps)
     held: list[tuple[Any, ...]] = []
 
     async def txn(what: str, *args: Any, **kwargs: Any) -> Any:
-        if what != "register" or held:
+        if what != "register" or not todo:
             return await real(what, *args, **kwargs)
-        held.append((real, what, args, kwargs))
-        if applied:
+        step = todo.pop(0)
+        if step == "hold":
+            held.append((what, args, kwargs))
+            await anyio.sleep(in_flight)
+        elif step == "apply":
             await real(what, *args, **kwargs)
-        raise coord.BackendUnavailable("the answer was lost")
+        raise coord.BackendUnavailable(f"injected: {step}")
 
     monkeypatch.setattr(backend, "_txn", txn)
-    return held
+    return real, held
+
+
+@pytest.mark.parametrize("step", ["cut", "apply"])
+async def test_a_failed_attempt_on_an_empty_queue_is_settled_and_made_again(
+    etcd_url: str, monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
+    """Not repeated inside the call (a late first try could apply after a repeat), a
+    registration with no tail settles its attempt and goes again: one entry."""
+    async with coord.connect(etcd_url, ttl=30) as a:
+        _register_faults(a.backend, monkeypatch, step)
+        position = await a.backend.register("m/", wid(), a.session.lease)
+        assert position.is_head
+        assert (await a.backend.entries("m/")).entries == (position.entry,)
 
 
 async def test_a_lost_registration_on_an_empty_queue_cannot_apply_after_it_was_settled(
@@ -233,14 +237,14 @@ async def test_a_lost_registration_on_an_empty_queue_cannot_apply_after_it_was_s
     """The first attempt is late, not lost: it reaches the store after its repeat has
     registered, held and released (the queue is empty again, its compares would hold)."""
     async with coord.connect(etcd_url, ttl=30) as a:
-        held = _fail_first_register(a.backend, monkeypatch, applied=False)
+        real, held = _register_faults(a.backend, monkeypatch, "hold", "cut")
         waiter = wid()
         with pytest.raises(coord.BackendUnavailable):
             await a.backend.register("m/", waiter, a.session.lease)
         again = await a.backend.register("m/", waiter, a.session.lease)
         assert again.is_head
         assert await a.backend.delete(again.entry)
-        real, what, args, kwargs = held[0]
+        what, args, kwargs = held[0]
         late = await real(what, *args, **kwargs)
         assert not late.succeeded
         assert (await a.backend.entries("m/")).entries == ()
@@ -258,7 +262,8 @@ async def test_abandoning_a_lost_registration_leaves_nothing(
         first = await other.backend.register("m/", wid(), other.session.lease)
         if not tail:
             assert await other.backend.delete(first.entry)  # no tail: a new run
-        _fail_first_register(a.backend, monkeypatch, applied=applied)
+        step = "apply" if applied else "hold"  # with no tail, its own settling fails too
+        _register_faults(a.backend, monkeypatch, *((step,) if tail else (step, "cut")))
         waiter = wid()
         with pytest.raises(coord.BackendUnavailable):
             await a.backend.register("m/", waiter, a.session.lease)
@@ -328,31 +333,6 @@ async def test_an_acquire_whose_position_read_failed_does_not_wait_on_itself(
                 pass
 
 
-def _hold_back_then_fail(
-    backend: Any, monkeypatch: pytest.MonkeyPatch, in_flight: float = 0.0
-) -> tuple[Any, list[tuple[Any, ...]]]:
-    """The first registration transaction is held back (to be sent by the test, late)
-    after *in_flight* seconds, the second (its settling) fails before it is sent."""
-    real = backend._txn
-    held: list[tuple[Any, ...]] = []
-    calls: list[str] = []
-
-    async def txn(what: str, *args: Any, **kwargs: Any) -> Any:
-        if what != "register":
-            return await real(what, *args, **kwargs)
-        calls.append(what)
-        if len(calls) == 1:
-            held.append((what, args, kwargs))
-            await anyio.sleep(in_flight)
-            raise coord.BackendUnavailable("injected: in flight")
-        if len(calls) == 2:
-            raise coord.BackendUnavailable("injected: failed before sending")
-        return await real(what, *args, **kwargs)
-
-    monkeypatch.setattr(backend, "_txn", txn)
-    return real, held
-
-
 @pytest.mark.parametrize("tail", [False, True])
 async def test_an_abandonment_that_failed_is_repeated_until_the_late_attempt_cannot_apply(
     etcd_url: str, monkeypatch: pytest.MonkeyPatch, tail: bool
@@ -365,7 +345,9 @@ async def test_an_abandonment_that_failed_is_repeated_until_the_late_attempt_can
         other, a = await clients(stack, etcd_url, 2)
         if tail:  # a queue with a tail (another's waiter): the attempt compares its mod
             first = await other.backend.register("m/", wid(), other.session.lease)
-        real, held = _hold_back_then_fail(a.backend, monkeypatch)
+        # Held back; with no tail, its own settling fails; then the abandonment's.
+        steps = ("hold", "cut") if tail else ("hold", "cut", "cut")
+        real, held = _register_faults(a.backend, monkeypatch, *steps)
         waiter = wid()
         with pytest.raises(coord.BackendUnavailable):
             await a.backend.register("m/", waiter, a.session.lease)
@@ -387,7 +369,7 @@ async def test_a_timed_out_acquire_whose_clean_up_failed_leaves_nothing_that_blo
 ) -> None:
     async with AsyncExitStack() as stack:
         a, b = await clients(stack, etcd_url, 2)
-        real, held = _hold_back_then_fail(a.backend, monkeypatch, in_flight=0.3)
+        real, held = _register_faults(a.backend, monkeypatch, "hold", "cut", "cut", in_flight=0.3)
         with anyio.move_on_after(0.1):
             async with a.mutex("m"):
                 pytest.fail("acquired")
