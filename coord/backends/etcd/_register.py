@@ -129,7 +129,8 @@ class Registrar:
             position = Position(entry, (before,), revision)
         else:  # forgotten only once read: a repeat after a failed read finds the entry
             position = await self._queues.position(entry, ahead=ahead, kind=kind)
-        del self._requests[ident]
+        if self._requests.get(ident) is request:
+            del self._requests[ident]
         return position
 
     async def abandon(self, ident: str) -> bool | None:
