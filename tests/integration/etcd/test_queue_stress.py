@@ -108,6 +108,7 @@ async def raw_keys(client: coord.Client) -> list[tuple[bytes, int]]:
     return [(bytes(kv.key), kv.lease) for kv in reply.kvs]
 
 
+@pytest.mark.timeout(DURATION + 60)  # the run, then the checks and the clean-up
 @pytest.mark.parametrize("seed", SEEDS)
 async def test_stress(etcd_url: str, seed: int) -> None:
     rnd = random.Random(seed)
