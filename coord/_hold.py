@@ -67,7 +67,7 @@ class Hold:
         entry = position.entry
         self._setup(name, fence_of(entry.revision), session, entry)
         # My key existed at the read's revision (an entry's revision is its creation
-        # order, which on etcd has room for the batch one store revision registered).
+        # order, which the contract does not promise to be a store revision).
         self._seen_at = position.revision
         self._unlisten = session.listen(self._poke)
         self._guard_start: Start | None = session.call_after(GUARD_DELAY, self._arm)

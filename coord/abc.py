@@ -390,9 +390,10 @@ class Backend(AsyncResource):
     async def find(self, prefix: str, waiter_id: str, lease: Lease | None) -> Entry | None:
         """The entry that :meth:`register` (or a :class:`Create`) made under *prefix*
         with *waiter_id*, bound to *lease* (None: a durable entry), or None if there is
-        none now. On ZooKeeper, where a created name ends with a sequence number, one
-        listing of *prefix* plus one read; elsewhere one read. Nothing changes on the
-        store."""
+        none now. Where the key holds more than the waiter id (a ZooKeeper sequence
+        suffix, an etcd waiter's order number), one listing of *prefix* plus one read;
+        otherwise one read. A recovery call, never on an acquire's path. Nothing changes
+        on the store."""
 
     @abstractmethod
     async def put(self, key: str, value: bytes, *, lease: Lease | None = None) -> Entry:
