@@ -18,7 +18,7 @@ Then the body of ``async with`` is cancelled and the release raises LockLost.
 
 from __future__ import annotations
 
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from typing import TYPE_CHECKING
 
 import anyio
@@ -34,7 +34,7 @@ from ._exceptions import (
 from ._keys import fence_of
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
     from types import TracebackType
 
     from ._deferred import Start
@@ -220,17 +220,14 @@ class Hold:
 
     # -- scopes ---------------------------------------------------------------------------
 
-    @contextmanager
-    def _waiting(self) -> Iterator[None]:
-        """A scope (used while waiting) that is cancelled if the key or session goes."""
+    def _waiting(self) -> anyio.CancelScope:
+        """The scope to wait in: cancelled if the key or session goes. The caller sets
+        ``_scope`` back to None once out of it (a plain scope, not a generator: a waiter's
+        memory is mostly what it waits with)."""
         scope = self._scope = anyio.CancelScope()
-        try:
-            with scope:
-                if self._gone or self._session.lost:
-                    scope.cancel()
-                yield
-        finally:
-            self._scope = None
+        if self._gone or self._session.lost:
+            scope.cancel()
+        return scope
 
     def _enter_body(self) -> None:
         # The body of ``async with`` runs in this scope; losing the lock cancels it.

@@ -25,7 +25,7 @@ from ._turns import EXCLUSIVE, Rule, try_turn, wait_turn
 from ._waiters import Waiter, waiter_value
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
     from types import TracebackType
 
     from ._session import SessionSource
@@ -221,11 +221,12 @@ class TaskLock:
             )
         return hold
 
-    async def _turn(self, *, wait: bool) -> Hold:
+    def _turn(self, *, wait: bool) -> Awaitable[Hold]:
         """Register a waiter key and wait for its turn (or, with ``wait=False``, take it
-        only if it has come)."""
+        only if it has come). Not a coroutine function: it returns the call's coroutine,
+        so that a waiter keeps no frame of its own here (its memory is mostly frames)."""
         turn = wait_turn if wait else try_turn
-        return await turn(
+        return turn(
             self._source,
             self._name,
             self._prefix,
@@ -274,7 +275,7 @@ class TaskLock:
             _log.debug("coord: %s %r released (fence %d) after %.3fs", what, name, hold.fence, held)
 
     async def __aenter__(self) -> Hold:
-        hold = await self.acquire()
+        hold = await self._take(wait=True)  # acquire()'s work, without its frame
         claim = self._claim()
         assert claim is not None
         opens = hold._scope is None

@@ -20,6 +20,8 @@ from ._exceptions import ConfigurationError
 from ._locking import TaskLock
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
     from ._hold import Hold
     from ._session import SessionSource
 
@@ -110,11 +112,11 @@ class Mutex(TaskLock):
             flags += f" local_handoff={self._local_handoff}"
         return f"<coord.Mutex {self._name!r}{flags} locked={self.locked()}>"
 
-    async def _turn(self, *, wait: bool) -> Hold:
+    def _turn(self, *, wait: bool) -> Awaitable[Hold]:
         if self._local_handoff is None:
-            return await super()._turn(wait=wait)
+            return super()._turn(wait=wait)  # its coroutine: no frame of this call's
         cohort = cohort_of(self._source, self._prefix)
-        return await cohort.acquire(
+        return cohort.acquire(
             partial(super()._turn, wait=wait),
             wait=wait,
             name=self._name,

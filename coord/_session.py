@@ -375,14 +375,22 @@ class Session(SessionSource, OwnedWork, AsyncResource):
             raise ClosedError("the session is not open")
         return self._deferred.call_after(delay, func)
 
-    async def retry(self, func: Callable[[], Awaitable[Any]]) -> Any:
+    async def retry(
+        self, func: Callable[[], Awaitable[Any]], *, failed: BackendUnavailable | None = None
+    ) -> Any:
         """Await ``func()``, again after each BackendUnavailable (with backoff) while the
-        session lives: a store that comes back within the TTL costs nobody anything."""
+        session lives: a store that comes back within the TTL costs nobody anything.
+
+        :param failed: the error of a first attempt the caller made itself (awaited
+            directly, without this call's frame: a waiter's memory is mostly frames)
+        """
         for attempt in _retry.attempts():
+            if failed is not None:
+                if self.lost:
+                    raise SessionExpiredError(f"the session was lost ({self.reason})") from failed
+                await _retry.backoff(attempt)
             try:
                 return await func()
             except BackendUnavailable as exc:
-                if self.lost:
-                    raise SessionExpiredError(f"the session was lost ({self.reason})") from exc
-                await _retry.backoff(attempt)
+                failed = exc
         raise AssertionError("unreachable")  # pragma: no cover

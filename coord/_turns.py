@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, TypeVar
 
-from ._exceptions import EntryGoneError, LockedError, SessionExpiredError
+from ._exceptions import BackendUnavailable, EntryGoneError, LockedError, SessionExpiredError
 from ._hold import Hold
 
 if TYPE_CHECKING:
@@ -127,22 +127,36 @@ async def _queue(
         return None  # the session is lost (the next one, if any), or the key went
     hold = hold_type(name, session, position)
     backend = session.backend
-    read = partial(backend.position, ahead=rule.ahead, kind=rule.kind)
+    ahead, kind = rule.ahead, rule.kind
+    # Each store call is awaited directly, and the session's retry (a frame, a partial)
+    # made only after an outage: a waiter's memory is mostly what it waits with.
     try:
-        with hold._waiting():
-            while True:
-                if check is not None:
-                    check(position)
-                blockers = rule.blockers(position)
-                if not blockers and not session.lease.interrupted:
-                    break
-                hold._waited = True
-                if not blockers:  # interrupted: grant nothing until it resumes
-                    await session.lease.wait_resumed()
-                else:
-                    wait = partial(backend.wait_deleted, blockers, revision=position.revision)
-                    await session.retry(wait)
-                position = await session.retry(partial(read, position.entry))
+        try:
+            with hold._waiting():
+                while True:
+                    if check is not None:
+                        check(position)
+                    blockers = rule.blockers(position)
+                    if not blockers and not session.lease.interrupted:
+                        break
+                    hold._waited = True
+                    if not blockers:  # interrupted: grant nothing until it resumes
+                        await session.lease.wait_resumed()
+                    else:
+                        try:
+                            await backend.wait_deleted(blockers, revision=position.revision)
+                        except BackendUnavailable as exc:
+                            wait = partial(
+                                backend.wait_deleted, blockers, revision=position.revision
+                            )
+                            await session.retry(wait, failed=exc)
+                    try:
+                        position = await backend.position(position.entry, ahead=ahead, kind=kind)
+                    except BackendUnavailable as exc:
+                        read = partial(backend.position, position.entry, ahead=ahead, kind=kind)
+                        position = await session.retry(read, failed=exc)
+        finally:
+            hold._scope = None
     except EntryGoneError:
         hold._key_gone()
     except SessionExpiredError:

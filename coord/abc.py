@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Entry:
     """One key of the store, as read at some revision.
 
@@ -76,7 +76,7 @@ class Entry:
         return self.revision == 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Position:
     """Where a waiter entry stands in its queue.
 
@@ -96,7 +96,7 @@ class Position:
         return not self.ahead
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Listing:
     """Entries read at one store revision."""
 
@@ -109,7 +109,7 @@ class ChangeKind(enum.Enum):
     DELETE = "delete"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Change:
     """One change seen by :meth:`Backend.watch`. ``entry.revision`` is 0 for deletes."""
 

@@ -285,7 +285,7 @@ class ZooKeeperBackend(FaultHooks, Backend):
         self._check_open()
         return await self._queues.position(entry, ahead, kind)
 
-    async def wait_deleted(self, keys: Sequence[str], *, revision: int) -> None:
+    def wait_deleted(self, keys: Sequence[str], *, revision: int) -> Coroutine[Any, Any, None]:
         """Wait, with one data watch per key, until one of *keys* may be gone.
 
         A checkpoint. The watches are armed by reads done now, so *revision* is not
@@ -294,7 +294,7 @@ class ZooKeeperBackend(FaultHooks, Backend):
         it leaves the server watches in place, to fire once, harmlessly.
         """
         self._check_open()
-        await self._queues.wait_deleted(keys, self._conn.timeout)
+        return self._queues.wait_deleted(keys)  # its coroutine: no frame of this call's
 
     def guard(
         self, key: str, *, revision: int, on_change: Callable[[], None]

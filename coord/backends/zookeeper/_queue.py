@@ -20,6 +20,7 @@ children: that is the revision of a :class:`~coord.abc.Position` or
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from operator import methodcaller
 from typing import TYPE_CHECKING, Any
@@ -33,12 +34,13 @@ from ._errors import ANSWERS
 from ._paths import nearest_before, parse_waiter, sequence_of, waiter_names
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Generator, Sequence
 
     from ._connection import Connection
     from ._nodes import Nodes
     from ._paths import Paths
     from ._watches import WatchRegistry
+    from ._wire import WireClient
 
 __all__ = ["Queues", "entry_of"]
 
@@ -272,67 +274,27 @@ class Queues:
 
     # -- waiting and deleting -------------------------------------------------------------
 
-    async def wait_deleted(self, keys: Sequence[str], default_timeout: float) -> None:
-        paths = [self._paths.path(key) for key in keys]
-        woken = anyio.Event()
-        # Listen first, then arm the watches (CURATOR-527).
-        with self._watches.listening("data", paths, woken.set):
-            client = await self._conn.ready(default_timeout)
-            watcher = self._watches.data_watcher
-            replies = [client.get_data_nowait(path, watch=watcher) for path in paths]
-            for reply in replies:
-                try:
-                    await reply.wait()
-                except kz.NoNodeError:
-                    return  # gone already ("no node" arms no data watch)
-                except ANSWERS as exc:
-                    raise self._conn.translate(exc, "watch", client) from exc
-                except Exception as exc:
-                    error = self._conn.translate(exc, "watch", client)
-                    if isinstance(error, BackendUnavailable):
-                        return  # a disconnect: the caller re-checks, which waits for it
-                    raise error from exc
-            await woken.wait()
+    async def wait_deleted(self, keys: Sequence[str]) -> None:
+        """Return once one of *keys* may be gone: a guard per key (:meth:`guard`: a data
+        watch armed by a read sent now; "no node", a failed read or a disconnect fire it
+        at once, and the caller re-reads) and one wake-up. No task, no event per key: a
+        waiter's memory is mostly what it waits with."""
+        woken = _Woken()
+        stops = [self.guard(key, 0, woken.set) for key in keys]
+        try:
+            await woken
+        finally:
+            for stop in stops:
+                stop()
 
     def guard(self, key: str, revision: int, on_change: Callable[[], None]) -> Callable[[], None]:
         """A data watch on *key*'s node, armed by a read sent now without waiting for it:
         *on_change* once the node is gone or written, or the connection dropped (every
         watch then fires). A waiter node's name is never used twice (its sequence suffix),
         so *revision* is not needed. No task; not a checkpoint."""
-        path = self._paths.path(key)
-        armed = [on_change]
-
-        def fire() -> None:  # maybe in the wire client's reader: call back from our task
-            stop()
-            self._watches.call_in_task(call)
-
-        def call() -> None:  # a stop() between fire() and this call wins
-            if armed:
-                armed.pop()()
-
-        def stop() -> None:
-            self._watches.discard("data", path, fire)
-
-        def read(value: Any, error: BaseException | None) -> None:  # in the reader
-            if error is not None:
-                fire()  # gone already, or not armed (a disconnect): re-read
-
-        self._watches.add("data", path, fire)  # listen first (CURATOR-527)
-        client = self._conn.client
-        try:
-            if client is None:
-                raise kz.ConnectionLoss()
-            reply = client.get_data_nowait(path, watch=self._watches.data_watcher)
-        except kz.KazooException:
-            fire()  # not connected: the re-read waits for a connection
-        else:
-            reply.on_settled = read
-
-        def cancel() -> None:
-            armed.clear()
-            stop()
-
-        return cancel
+        guard = _Guard(self._watches, self._paths.path(key), on_change)
+        guard.arm(self._conn.client)
+        return guard.cancel
 
     async def wait_changed(self, entry: Entry, default_timeout: float) -> None:
         path = self._paths.path(entry.key)
@@ -392,3 +354,70 @@ class Queues:
         except (kz.NoNodeError, kz.BadVersionError):
             return False
         return True
+
+
+class _Guard:
+    """One guarded node: a listener in the watch table and the callback to make once,
+    as one small object (a held lock or a waiter keeps one for as long as it lives)."""
+
+    __slots__ = ("_listener", "_on_change", "_path", "_watches")
+
+    def __init__(self, watches: WatchRegistry, path: str, on_change: Callable[[], None]) -> None:
+        self._watches = watches
+        self._path = path
+        self._on_change: Callable[[], None] | None = on_change
+        self._listener = self.fire  # one bound method: added, then discarded, by identity
+
+    def arm(self, client: WireClient | None) -> None:
+        self._watches.add("data", self._path, self._listener)  # listen first (CURATOR-527)
+        try:
+            if client is None:
+                raise kz.ConnectionLoss()
+            reply = client.get_data_nowait(self._path, watch=self._watches.data_watcher)
+        except kz.KazooException:
+            self.fire()  # not connected: the re-read waits for a connection
+        else:
+            reply.on_settled = self._read
+
+    def fire(self) -> None:  # maybe in the wire client's reader: call back from a task
+        self._watches.discard("data", self._path, self._listener)
+        self._watches.call_in_task(self._call)
+
+    def _call(self) -> None:  # a cancel() between fire() and this call wins
+        on_change, self._on_change = self._on_change, None
+        if on_change is not None:
+            on_change()
+
+    def _read(self, value: Any, error: BaseException | None) -> None:  # in the reader
+        if error is not None:
+            self.fire()  # gone already, or not armed (a disconnect): re-read
+
+    def cancel(self) -> None:
+        self._on_change = None
+        self._watches.discard("data", self._path, self._listener)
+
+
+class _Woken:
+    """An awaitable that :meth:`set` (idempotent, not a checkpoint) makes return: on
+    asyncio a bare future, a tenth of an ``anyio.Event``; on trio an Event."""
+
+    __slots__ = ("_event", "_future")
+
+    def __init__(self) -> None:
+        try:
+            self._future: asyncio.Future[None] | None = asyncio.get_running_loop().create_future()
+            self._event: anyio.Event | None = None
+        except RuntimeError:  # not asyncio: trio
+            self._future, self._event = None, anyio.Event()
+
+    def set(self) -> None:
+        if self._event is not None:
+            self._event.set()
+        elif self._future is not None and not self._future.done():
+            self._future.set_result(None)
+
+    def __await__(self) -> Generator[Any, None, None]:
+        if self._event is not None:
+            return self._event.wait().__await__()
+        assert self._future is not None
+        return self._future.__await__()

@@ -17,9 +17,9 @@ callable in the wire client's table, which does nothing when the watch fires.
 from __future__ import annotations
 
 import logging
-from collections import defaultdict, deque
+from collections import deque
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Union
 
 import anyio
 from kazoo.protocol.states import EventType
@@ -38,7 +38,9 @@ class WatchRegistry:
     """Listeners per ``(kind, path)``, woken on the event loop when a watch fires."""
 
     def __init__(self) -> None:
-        self._listeners: defaultdict[tuple[Kind, str], set[Callable[[], None]]] = defaultdict(set)
+        # kind -> path -> its listener, or a set of them when there are several (most
+        # paths have one: a held lock's guard, a waiter's wait, at ten thousand a time).
+        self._listeners: dict[Kind, dict[str, _Listeners]] = {"data": {}, "children": {}}
         self._calls: deque[Callable[[], None]] = deque()  # for run(), in a task
         self._called: anyio.Event | None = None
 
@@ -89,26 +91,47 @@ class WatchRegistry:
 
     def add(self, kind: Kind, path: str, wake: Callable[[], None]) -> None:
         """Call *wake* whenever a *kind* watch fires on *path*, or on a disconnect."""
-        self._listeners[(kind, path)].add(wake)
+        listeners = self._listeners[kind]
+        present = listeners.get(path)
+        if present is None:
+            listeners[path] = wake
+        elif isinstance(present, set):
+            present.add(wake)
+        elif present != wake:
+            listeners[path] = {present, wake}
 
     def discard(self, kind: Kind, path: str, wake: Callable[[], None]) -> None:
         """Stop calling *wake* for *path*. Idempotent."""
-        listeners = self._listeners.get((kind, path))
-        if listeners is not None:
-            listeners.discard(wake)
-            if not listeners:
-                del self._listeners[(kind, path)]
+        listeners = self._listeners[kind]
+        present = listeners.get(path)
+        if isinstance(present, set):
+            present.discard(wake)
+            if len(present) == 1:
+                listeners[path] = next(iter(present))
+        elif present is not None and present == wake:
+            del listeners[path]
 
     def wake_all(self) -> None:
         """Wake every listener, to re-check: the connection dropped, the session ended or
         the client was replaced."""
-        for listeners in list(self._listeners.values()):
-            for wake in list(listeners):
-                wake()
+        for listeners in self._listeners.values():
+            for present in list(listeners.values()):
+                for wake in _each(present):
+                    wake()
 
     def _fire(self, kind: Kind, event_type: str, path: str | None) -> None:
         if event_type == EventType.NONE or path is None:
             self.wake_all()
             return
-        for wake in list(self._listeners.get((kind, path), ())):
+        for wake in _each(self._listeners[kind].get(path)):
             wake()
+
+
+_Listeners = Union["Callable[[], None]", "set[Callable[[], None]]"]
+
+
+def _each(present: _Listeners | None) -> list[Callable[[], None]]:
+    """The listeners of a path, as a list (a copy: a listener may discard itself)."""
+    if present is None:
+        return []
+    return list(present) if isinstance(present, set) else [present]
