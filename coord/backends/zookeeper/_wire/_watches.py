@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol, Union
 
 import anyio
 from kazoo.protocol.states import EventType, KeeperState, WatchedEvent
@@ -99,7 +99,10 @@ class Watches:
 
     def __init__(self, unchroot: Callable[[str], str]) -> None:
         self._unchroot = unchroot
-        self._tables: dict[Kind, dict[str, dict[WatchCallback, None]]] = {k: {} for k in Kind}
+        # kind -> path -> its callback, or a dict of them (in order) when there are
+        # several: a path mostly has one (coord passes one callable per kind), and ten
+        # thousand paths are watched at a time.
+        self._tables: dict[Kind, dict[str, _Callbacks]] = {k: {} for k in Kind}
 
     def __len__(self) -> int:
         return sum(len(table) for table in self._tables.values())
@@ -108,7 +111,14 @@ class Watches:
         """Register the watch of a request just answered (*exists*: whether the node
         was there; an ``exists`` watch on a missing node is an EXIST watch)."""
         kind = arming.kind if exists else Kind.EXIST
-        self._tables[kind].setdefault(arming.path, {})[arming.callback] = None
+        table, callback = self._tables[kind], arming.callback
+        present = table.get(arming.path)
+        if present is None:
+            table[arming.path] = callback
+        elif isinstance(present, dict):
+            present[callback] = None
+        elif present != callback:
+            table[arming.path] = {present: None, callback: None}
 
     def paths(self) -> tuple[list[str], list[str], list[str]]:
         """The watched paths, by kind (data, exist, child), for SetWatches."""
@@ -127,7 +137,7 @@ class Watches:
             return
         callbacks: dict[WatchCallback, None] = {}
         for kind in kinds:
-            callbacks.update(self._tables[kind].pop(path, {}))
+            callbacks.update(_each(self._tables[kind].pop(path, None)))
         event = WatchedEvent(_EVENT_TYPES[event_type], KeeperState.CONNECTED, self._unchroot(path))
         for callback in callbacks:
             _call(callback, event)
@@ -140,8 +150,18 @@ class Watches:
         for table in tables.values():
             for path, callbacks in table.items():
                 event = WatchedEvent(EventType.NONE, state, self._unchroot(path))
-                for callback in callbacks:
+                for callback in _each(callbacks):
                     _call(callback, event)
+
+
+_Callbacks = Union["WatchCallback", "dict[WatchCallback, None]"]
+
+
+def _each(present: _Callbacks | None) -> dict[WatchCallback, None]:
+    """The callbacks of one path, as an ordered set."""
+    if present is None:
+        return {}
+    return present if isinstance(present, dict) else {present: None}
 
 
 def _call(callback: WatchCallback, event: WatchedEvent) -> None:
