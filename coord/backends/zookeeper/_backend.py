@@ -20,7 +20,7 @@ from ._lease import SessionPolicy, ZooKeeperLease
 from ._multi import Transactions
 from ._nodes import Nodes
 from ._options import Options, check_hosts, url_options
-from ._paths import Paths
+from ._paths import Paths, sharded_name
 from ._plain import PlainKeys
 from ._queue import Queues
 from ._sizes import RequestSizes
@@ -270,6 +270,9 @@ class ZooKeeperBackend(FaultHooks, Backend):
         """
         check_value(value, self.max_value_size, f"register {prefix + waiter_id!r}")
         self._sizes.check_write(prefix + waiter_id, value, "register", suffix="-")
+        if lease is not None:  # and as it is named once moved into a shard
+            sharded = sharded_name(f"{waiter_id}-{0:010d}", 0)
+            self._sizes.check_write(prefix + sharded, value, "register")
         self._check_open()
         session_id = self._session_of(lease) if lease is not None else 0
         return await self._queues.register(prefix, waiter_id, session_id, value, ahead, kind)
@@ -350,9 +353,10 @@ class ZooKeeperBackend(FaultHooks, Backend):
         while level:
             below = []
             for key in level:
-                listed = await self._queues.children(self._paths.path(key).rstrip("/") or "/")
+                node = self._paths.path(key).rstrip("/") or "/"
+                listed = await self._queues.children(node)
                 children = listed[0] if listed is not None else []
-                if any(child.startswith(_keys.WAITER_MARK) for child in children):
+                if await self._queues.has_waiters(node, children):
                     found.append(key)
                 below += [
                     f"{key}/{child}" if key else child

@@ -11,19 +11,24 @@ listings explains every change: a child that came and went unseen cannot be name
 ResyncNeeded is raised after the changes that can. Only waiter entries are reported (not
 nested names' nodes). Data changes of children are not watched (the contract asks for
 creations and deletions only).
+
+A long queue's waiter nodes may be in shards (``_queue.py``): each shard directory is
+listed and watched too, and its cversion accounted the same way (a shard that appears
+with changes unseen, or disappears, means ResyncNeeded). A waiter is known by its
+sequence number: its move into a shard is not a change.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from kazoo import exceptions as kz
 
 from ..._exceptions import ResyncNeeded
 from ...abc import Change, ChangeKind, Entry
-from ._paths import parse_waiter
+from ._paths import is_sharded, parse_waiter, shard_index
 
 if TYPE_CHECKING:
     from ._connection import Connection
@@ -32,11 +37,6 @@ if TYPE_CHECKING:
     from ._watches import WatchRegistry
 
 __all__ = ["ChildChanges"]
-
-
-def _order(name: str) -> tuple[int, str]:
-    waiter = parse_waiter(name)
-    return (waiter.sequence if waiter else -1, name)
 
 
 class ChildChanges:
@@ -56,9 +56,10 @@ class ChildChanges:
         self._watches = watches
         self._prefix = prefix
         self._node = paths.parent(prefix)
-        self._known: set[str] = set()  # the waiter children
-        self._children: set[str] = set()  # every child
-        self._cversion = 0
+        self._known: dict[int, str] = {}  # the waiter nodes, by sequence number
+        self._children: dict[str, set[str]] = {}  # every child, by directory ("": the node)
+        self._cversions: dict[str, int] = {}
+        self._listened: set[str] = set()  # shard directories whose children watch is ours
         self._pending: deque[Change] = deque()
         self._wakeup = anyio.Event()
         self._lost = False
@@ -73,9 +74,9 @@ class ChildChanges:
     async def start(self, revision: int) -> None:
         """First listing: report what changed after *revision*."""
         self._wakeup = anyio.Event()
-        children, pzxid, self._cversion = await self._list()
-        self._children = set(children)
-        self._known = {name for name in children if parse_waiter(name) is not None}
+        children, pzxid, self._cversions = await self._list()
+        self._children = children
+        self._known = _waiters(children)
         # No node while the caller saw children, or children changed since the caller's
         # read: what changed cannot be named.
         self._lost = (pzxid is None and revision > 0) or (pzxid is not None and pzxid > revision)
@@ -98,35 +99,36 @@ class ChildChanges:
         return self._pending.popleft()
 
     async def _relist(self) -> None:
-        children, pzxid, cversion = await self._list()
-        everything = set(children)
-        named = len(everything ^ self._children)
-        if pzxid is not None and cversion - self._cversion > named:
-            self._lost = True  # children came and went between the two listings
-        self._children, self._cversion = everything, cversion
-        current = {name for name in children if parse_waiter(name) is not None}
+        children, pzxid, cversions = await self._list()
+        for directory in self._cversions.keys() | cversions.keys():
+            before, now = self._children.get(directory), children.get(directory)
+            if pzxid is None:
+                continue
+            if before is None or now is None:  # the node, or a shard, came or went
+                unseen = before is not None or cversions[directory] > len(now or ())
+                self._lost = self._lost or unseen
+                continue
+            if cversions[directory] - self._cversions[directory] > len(before ^ now):
+                self._lost = True  # children came and went between the two listings
+        self._children, self._cversions = children, cversions
+        current = _waiters(children)
         pzxid = pzxid or 0
-        gone = sorted(self._known - current, key=_order)
-        new = sorted(current - self._known, key=_order)
-        self._known = current
+        gone = sorted(self._known.keys() - current.keys())
+        new = sorted(current.keys() - self._known.keys())
         self._pending.extend(
-            Change(ChangeKind.DELETE, Entry(self._prefix + name), pzxid) for name in gone
+            Change(ChangeKind.DELETE, Entry(self._prefix + self._known[s]), pzxid) for s in gone
         )
-        for entry in await self._queues.existing(self._prefix, new):
+        self._known = current
+        for entry in await self._queues.existing(self._prefix, [current[s] for s in new]):
             self._pending.append(Change(ChangeKind.PUT, entry, entry.revision))
 
-    async def _list(self) -> tuple[list[str], int | None, int]:
-        """The children, pzxid and cversion of the node, re-arming the watch; ``([],
-        None, 0)`` if the node does not exist, with a watch on its creation instead."""
+    async def _list(self) -> tuple[dict[str, set[str]], int | None, dict[str, int]]:
+        """The children and cversion of the node and of each of its shards, by directory
+        ("" for the node), and the node's pzxid, re-arming the watches; ``({}, None, {})``
+        if the node does not exist, with a watch on its creation instead."""
         conn, watches = self._conn, self._watches
         try:
-            children, stat = await conn.call(
-                "watch",
-                lambda c: c.get_children(
-                    self._node, watch=watches.children_watcher, include_data=True
-                ),
-                retry=True,
-            )
+            children, stat = await self._list_one(self._node)
         except kz.NoNodeError:
             stat = await conn.call(
                 "watch",
@@ -135,8 +137,44 @@ class ChildChanges:
             )
             if stat is not None:  # created in between: list again at the next step
                 self._wakeup.set()
-            return [], None, 0
-        return list(children), int(stat.pzxid), int(stat.cversion)
+            return {}, None, {}
+        listed = {"": set(children)}
+        cversions = {"": int(stat.cversion)}
+        for directory in sorted(c for c in children if shard_index(c) is not None):
+            path = f"{self._node}/{directory}"
+            if path not in self._listened:  # listen first (CURATOR-527)
+                self._listened.add(path)
+                watches.add("children", path, self.wake)
+            try:
+                below, shard = await self._list_one(path)
+            except kz.NoNodeError:
+                continue  # reaped in between
+            listed[directory] = set(below)
+            cversions[directory] = int(shard.cversion)
+        return listed, int(stat.pzxid), cversions
+
+    async def _list_one(self, path: str) -> tuple[list[str], Any]:
+        watcher = self._watches.children_watcher
+        return await self._conn.call(  # type: ignore[no-any-return]
+            "watch",
+            lambda c: c.get_children(path, watch=watcher, include_data=True),
+            retry=True,
+        )
 
     def close(self) -> None:
         self._pending.clear()
+        for path in self._listened:
+            self._watches.discard("children", path, self.wake)
+        self._listened.clear()
+
+
+def _waiters(children: dict[str, set[str]]) -> dict[int, str]:
+    """The waiter nodes among the listed *children*, by sequence number (a node moved
+    into its shard between two listings is known by its name there)."""
+    found: dict[int, str] = {}
+    for names in children.values():
+        for name in names:
+            waiter = parse_waiter(name)
+            if waiter is not None and (waiter.sequence not in found or is_sharded(name)):
+                found[waiter.sequence] = name
+    return found

@@ -27,18 +27,17 @@ from kazoo import exceptions as kz
 
 from ..._exceptions import BackendError, SessionExpiredError
 from ...abc import Check, Create, Entry, Put, Update
-from ._queue import entry_of
-from ._wire import MultiFailed, check_op, create_op, delete_op, set_data_op
+from ._queue import committing, entry_of
+from ._wire import check_op, create_op, delete_op, set_data_op
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Sequence
+    from collections.abc import Callable, Sequence
 
     from ...abc import Lease, Op
     from ._connection import Connection
     from ._nodes import Nodes
     from ._paths import Paths
     from ._queue import Queues
-    from ._wire import WireClient
 
 __all__ = ["Transactions"]
 
@@ -87,7 +86,7 @@ class Transactions:
         creating: set[int] = set()  # the Puts to send as creates
         for _ in range(_PARENT_ATTEMPTS):
             # Not repeated after a connection loss: BackendUnavailable (outcome unknown).
-            results = await self._conn.call("transact", _committing(self._build(ops, creating)))
+            results = await self._conn.call("transact", committing(self._build(ops, creating)))
             failed = [(i, r) for i, r in enumerate(results) if isinstance(r, Exception)]
             if not failed:
                 return await self._results(ops, results, owners)
@@ -144,16 +143,3 @@ class Transactions:
                 "ZooKeeper transaction: the session expired under it (its new nodes are gone)"
             )
         return tuple(out)
-
-
-def _committing(ops: list[Any]) -> Callable[[WireClient], Awaitable[list[Any]]]:
-    """The multi request of *ops*: its results, or, if it failed as a whole, one
-    exception per operation (the one that failed and the rolled back ones)."""
-
-    async def commit(client: WireClient) -> list[Any]:
-        try:
-            return await client.multi(ops)
-        except MultiFailed as failed:
-            return failed.results
-
-    return commit

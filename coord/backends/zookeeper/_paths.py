@@ -5,6 +5,12 @@ the waiter id (a fresh GUID per acquire attempt, Curator's protected mode) follo
 10-digit sequence number that ZooKeeper appends to an EPHEMERAL_SEQUENTIAL node. The GUID
 finds the node again after a create whose reply was lost; the sequence orders the queue.
 
+In a long queue a waiter node is moved into a *shard* (``_queue.py`` says when and why):
+``<parent>/@<seq // SHARD:08x>/<waiter id>:<czxid:016x>-<seq>``, a container per block of
+SHARD sequence numbers. Its name keeps the sequence (its place in the queue) and adds the
+czxid of the node it was moved from (its fence); its key is the parent's prefix plus that
+name, and :meth:`Paths.path` puts the shard directory back in.
+
 The root is the URL's path (``zk://host/myapp`` -> ``/myapp``). coord prefixes paths
 itself instead of using kazoo's chroot, so that a missing root is simply created (as a
 container, like every parent) rather than being an error.
@@ -19,15 +25,26 @@ from ..._keys import WAITER_MARK
 from .._txn import check_key
 
 __all__ = [
+    "SHARD",
     "Paths",
     "WaiterName",
+    "fence_of_name",
+    "is_sharded",
     "nearest_before",
     "parse_waiter",
     "sequence_of",
+    "shard_dir",
+    "shard_index",
+    "sharded_name",
     "waiter_names",
 ]
 
 _SEQUENCE_DIGITS = 10
+#: Sequence numbers per shard directory.
+SHARD = 256
+_FENCE_DIGITS = 16
+# ":<fence>-<sequence>" at the end of a shard node's name.
+_SHARD_TAIL = 1 + _FENCE_DIGITS + 1 + _SEQUENCE_DIGITS
 
 
 @dataclass(frozen=True)
@@ -40,13 +57,49 @@ class WaiterName:
 
 
 def parse_waiter(name: str) -> WaiterName | None:
-    """Parse a child name; None if it is not a waiter node made by coord."""
+    """Parse a child name (of a queue's node, or of a shard); None if it is not a waiter
+    node made by coord."""
     if not name.startswith(WAITER_MARK):
         return None
     waiter_id, dash, digits = name.rpartition("-")
     if not dash or len(digits) != _SEQUENCE_DIGITS or not digits.isdigit():
         return None
+    if is_sharded(name):
+        waiter_id = waiter_id[: -_FENCE_DIGITS - 1]
     return WaiterName(name, waiter_id, int(digits))
+
+
+def is_sharded(name: str) -> bool:
+    """Whether a waiter name is a shard node's (``<waiter id>:<fence>-<sequence>``)."""
+    return len(name) > _SHARD_TAIL and name[-_SHARD_TAIL] == ":" and name[0] == WAITER_MARK
+
+
+def sharded_name(name: str, czxid: int) -> str:
+    """The shard node name of waiter node *name* created at *czxid*."""
+    waiter_id, _, digits = name.rpartition("-")
+    return f"{waiter_id}:{czxid:0{_FENCE_DIGITS}x}-{digits}"
+
+
+def fence_of_name(name: str) -> int | None:
+    """The fence a shard node's name carries, or None for any other name."""
+    if not is_sharded(name):
+        return None
+    return int(name[-_SHARD_TAIL + 1 : -_SEQUENCE_DIGITS - 1], 16)
+
+
+def shard_dir(sequence: int) -> str:
+    """The name of the shard directory of *sequence* (a child of the queue's node)."""
+    return f"{WAITER_MARK}{sequence // SHARD:08x}"
+
+
+def shard_index(name: str) -> int | None:
+    """The block number of a shard directory's name, or None if it is not one."""
+    if len(name) != 9 or name[0] != WAITER_MARK:
+        return None
+    try:
+        return int(name[1:], 16)
+    except ValueError:
+        return None
 
 
 def sequence_of(name: str) -> int | None:
@@ -108,11 +161,29 @@ class Paths:
         :raises ConfigurationError: for a key over MAX_KEY_SIZE bytes: every request
             goes through here, so none can carry one to the server
         """
-        return f"{self.root}/{check_key(key, 'ZooKeeper')}"
+        path = f"{self.root}/{check_key(key, 'ZooKeeper')}"
+        slash = path.rfind("/")
+        name = path[slash + 1 :]
+        if is_sharded(name):
+            return f"{path[:slash]}/{shard_dir(int(name[-_SEQUENCE_DIGITS:]))}/{name}"
+        return path
 
     def key(self, path: str) -> str:
-        """The key of a znode path under the root."""
-        return path[len(self.root) + 1 :]
+        """The key of a znode path under the root (a shard node's without its shard)."""
+        key = path[len(self.root) + 1 :]
+        head, slash, name = key.rpartition("/")
+        above, _, shard = head.rpartition("/")
+        if slash and is_sharded(name) and shard_index(shard) is not None:
+            return f"{above}/{name}"
+        return key
+
+    @staticmethod
+    def child(node: str, name: str) -> str:
+        """The path of waiter node *name* of the queue whose node is *node* (in its
+        shard, for a shard node's name)."""
+        if is_sharded(name):
+            return f"{node}/{shard_dir(int(name[-_SEQUENCE_DIGITS:]))}/{name}"
+        return f"{node}/{name}"
 
     def parent(self, prefix: str) -> str:
         """The znode whose children are the queue of *prefix* (``"orders/42/"``)."""

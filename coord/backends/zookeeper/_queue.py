@@ -16,6 +16,21 @@
 Every listing is answered with the parent's pzxid, the zxid of the last change to its
 children: that is the revision of a :class:`~coord.abc.Position` or
 :class:`~coord.abc.Listing`.
+
+Long queues (issue 18). A listing of the queue's node reads every child: with W waiters,
+registering them all and handing the lock down W times cost the server and the client
+O(W²) (3,000 waiters on one mutex failed). So a waiter whose registration listing shows
+:data:`SHARD_AFTER` waiter nodes ahead of it in the node moves its own node into a
+*shard*, a container per block of ``SHARD`` sequence numbers (``_paths.py``): one multi,
+delete the node and create ``<waiter id>:<czxid>-<sequence>`` in the shard. The server
+still orders the queue: the sequence number is the one it gave, and the czxid of the
+first node stays the fence (later waiters' nodes were created after it, moved or not).
+No client-chosen number and no compare-and-set are involved, so nothing can be stale:
+a move happens entirely or not at all, and a waiter ahead never appears after a read
+(sequence numbers only grow). The queue's node keeps about SHARD_AFTER waiter nodes (the
+head's) and the shards' names; a position lists it and my shard (one round trip), then
+lower shards, highest first, only as far as the entries ahead asked for. A short queue
+moves nothing: its costs are the ones above.
 """
 
 from __future__ import annotations
@@ -28,13 +43,25 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from kazoo import exceptions as kz
 
-from ..._exceptions import BackendUnavailable, EntryGoneError, SessionExpiredError
+from ..._exceptions import BackendError, BackendUnavailable, EntryGoneError, SessionExpiredError
 from ...abc import Entry, Listing, Position
 from ._errors import ANSWERS
-from ._paths import nearest_before, parse_waiter, sequence_of, waiter_names
+from ._paths import (
+    SHARD,
+    fence_of_name,
+    is_sharded,
+    nearest_before,
+    parse_waiter,
+    sequence_of,
+    shard_dir,
+    shard_index,
+    sharded_name,
+    waiter_names,
+)
+from ._wire import MultiFailed, create_op, delete_op
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Generator, Sequence
+    from collections.abc import Awaitable, Callable, Generator, Sequence
 
     from ._connection import Connection
     from ._nodes import Nodes
@@ -42,15 +69,20 @@ if TYPE_CHECKING:
     from ._watches import WatchRegistry
     from ._wire import WireClient
 
-__all__ = ["Queues", "entry_of"]
+__all__ = ["Queues", "committing", "entry_of"]
 
 log = logging.getLogger("coord.backends.zookeeper")
 
 # Listings a limited read makes when the entries it listed keep going before they are
 # read (a queue churning faster than two round trips).
 _RELISTS = 10
+# Reads pipelined at once (a listing of a long queue reads its entries in batches).
+_READS = 256
 # Creates whose reply was lost and whose node was not found: try again this many times.
 _CREATE_ATTEMPTS = 3
+#: A waiter registered with this many waiter nodes ahead of it in the queue's own node
+#: is moved into its shard (see the module's docstring).
+SHARD_AFTER = 64
 
 
 def _earlier_twin(children: list[str], waiter_id: str, name: str) -> bool:
@@ -62,8 +94,10 @@ def _earlier_twin(children: list[str], waiter_id: str, name: str) -> bool:
 
 
 def entry_of(key: str, data: bytes | None, stat: Any) -> Entry:
-    """The contract's Entry for a znode: revision = czxid (the fencing token)."""
-    return Entry(key, data or b"", stat.czxid, stat.version, stat.ephemeralOwner)
+    """The contract's Entry for a znode: revision = czxid (the fencing token), or for a
+    node moved into a shard, the czxid of the node it was moved from (in its name)."""
+    revision = fence_of_name(key.rpartition("/")[2]) or stat.czxid
+    return Entry(key, data or b"", revision, stat.version, stat.ephemeralOwner)
 
 
 class Queues:
@@ -76,6 +110,8 @@ class Queues:
         self._nodes = nodes
         self._paths = paths
         self._watches = watches
+        # prefix + waiter id of the registrations that did not answer (see register)
+        self._unanswered: set[str] = set()
 
     # -- reading --------------------------------------------------------------------------
 
@@ -89,16 +125,33 @@ class Queues:
             return None
         return list(children), int(stat.pzxid)
 
+    async def has_waiters(self, node: str, children: list[str]) -> bool:
+        """Whether the queue whose node is *node* (with *children*) has a waiter node:
+        among its children, or in a shard (an empty shard lingers until the server
+        reaps it)."""
+        if any(parse_waiter(child) is not None for child in children):
+            return True
+        shards = [f"{node}/{d}" for d in children if shard_index(d) is not None]
+        return bool(shards) and any(
+            listed and listed[0] for listed in await self._list_many(shards)
+        )
+
     async def read(self, prefix: str, names: Sequence[str]) -> list[Entry | None]:
         """The entries ``prefix + name`` (None for those that no longer exist).
 
-        The reads are pipelined (one round trip), without a task per read, so that a
-        failure is one translated error, not an exception group.
+        The reads are pipelined (one round trip per :data:`_READS` of them: each batch
+        has the session timeout to answer), without a task per read, so that a failure
+        is one translated error, not an exception group.
         """
+        if len(names) > _READS:
+            results: list[Entry | None] = []
+            for i in range(0, len(names), _READS):
+                results += await self.read(prefix, names[i : i + _READS])
+            return results
         if not names:
             return []
         paths = [self._paths.path(prefix + name) for name in names]
-        results: list[Entry | None] = []
+        results = []
         with anyio.move_on_after(self._conn.timeout) as budget:
             client = await self._conn.ready(self._conn.timeout)
             replies = [client.get_data_nowait(path) for path in paths]
@@ -134,19 +187,25 @@ class Queues:
         """
         entries: list[Entry] = []
         pzxid = 0
+        node = self._paths.parent(prefix)
         for _ in range(_RELISTS):
-            listing = await self.children(self._paths.parent(prefix))
+            listing = await self.children(node)
             if listing is None:
                 return Listing((), 0)
             pzxid = listing[1]
-            names = [w.name for w in waiter_names(listing[0])]
+            children = listing[0]
+            shards = sorted(d for d in children if shard_index(d) is not None)
+            if shards:  # listed after the node: a node moved in between is in one of them
+                for listed in await self._list_many([f"{node}/{d}" for d in shards]):
+                    children = children + (listed[0] if listed else [])
+            names = _unique([w.name for w in waiter_names(children)])
             if limit is None:
-                return Listing(tuple(await self.existing(prefix, names)), listing[1])
+                return Listing(tuple(await self._existing(prefix, node, names)), listing[1])
             entries = []
             missing = False
             while names and len(entries) < limit:
                 wanted, names = names[: limit - len(entries)], names[limit - len(entries) :]
-                found = await self.existing(prefix, wanted)
+                found = await self._existing(prefix, node, wanted)
                 missing = missing or len(found) < len(wanted)
                 entries += found
             if len(entries) >= limit or not missing:
@@ -156,6 +215,27 @@ class Queues:
     async def existing(self, prefix: str, names: Sequence[str]) -> list[Entry]:
         """The entries ``prefix + name`` that still exist, in the order of *names*."""
         return [e for e in await self.read(prefix, names) if e is not None]
+
+    async def _existing(self, prefix: str, node: str, names: Sequence[str]) -> list[Entry]:
+        """:meth:`existing`, where a waiter node listed in the queue's node and gone when
+        read is looked for in its shard (listed after the read): it may have moved
+        there in between, as one transaction."""
+        read = await self.read(prefix, names)
+        missing = [n for n, e in zip(names, read, strict=True) if e is None and not is_sharded(n)]
+        moved: dict[str, str] = {}
+        if missing:
+            dirs = sorted({shard_dir(sequence_of(n) or 0) for n in missing})
+            by_sequence = {
+                sequence_of(child): child
+                for listed in await self._list_many([f"{node}/{d}" for d in dirs])
+                if listed is not None
+                for child in listed[0]
+            }
+            moved = {n: m for n in missing if (m := by_sequence.get(sequence_of(n)))}
+        if moved:
+            found = dict(zip(moved, await self.read(prefix, list(moved.values())), strict=True))
+            read = [found.get(n) if e is None else e for n, e in zip(names, read, strict=True)]
+        return [e for e in read if e is not None]
 
     async def place(
         self,
@@ -184,14 +264,88 @@ class Queues:
         return Position(mine, tuple(e for e in entries if e is not None), pzxid)
 
     async def position(self, entry: Entry, ahead: int | None, kind: str | None) -> Position:
-        _, node, _ = self._paths.split(entry.key)
         while True:
-            listing = await self.children(node)
-            if listing is None:
-                raise EntryGoneError(f"{entry.key} no longer exists")
-            position = await self.place(entry, *listing, ahead, kind=kind)
+            position = await self._locate(entry, ahead, kind)
             if position is not None:
                 return position
+
+    async def _locate(
+        self,
+        mine: Entry,
+        ahead: int | None,
+        kind: str | None,
+        listing: tuple[list[str], int] | None = None,
+    ) -> Position | None:
+        """My position among the waiter nodes of the queue's node and of its shards;
+        None if an entry ahead left meanwhile (locate again).
+
+        The queue's node is listed first, then my shard (pipelined: one round trip),
+        then, only as far as needed, the shards below mine, highest first. Entries
+        ahead are never created after mine (sequence numbers only grow), and one moved
+        into a shard leaves the node and enters the shard in one transaction: so the
+        listings, read in that order, miss none of them.
+
+        :raises EntryGoneError: if my node is in none of them
+        """
+        prefix, node, name = self._paths.split(mine.key)
+        sequence = sequence_of(name)
+        if sequence is None:
+            raise EntryGoneError(f"{mine.key} is not a waiter entry")
+        mine_dir = shard_dir(sequence)
+        if listing is None:
+            listing, shard = await self._list_many([node, f"{node}/{mine_dir}"])
+        elif is_sharded(name) or mine_dir in listing[0]:
+            shard = (await self._list_many([f"{node}/{mine_dir}"]))[0]
+        else:
+            shard = None
+        if listing is None or name not in (shard[0] if is_sharded(name) and shard else listing[0]):
+            raise EntryGoneError(f"{mine.key} no longer exists")
+        children, pzxid = listing
+        before = _before(children, sequence, kind)
+        if shard is not None:
+            before += _before(shard[0], sequence, kind)
+        block = sequence // SHARD
+        lower = sorted(
+            (i for i in map(shard_index, children) if i is not None and i < block), reverse=True
+        )
+        # A lower shard holds only numbers below (its block + 1) * SHARD: list them,
+        # highest first, until the nearest `ahead` are known (all of them for None).
+        while lower and (
+            ahead is None or sum(s >= (lower[0] + 1) * SHARD for s, _ in before) < ahead
+        ):
+            batch, lower = (lower, []) if ahead is None else (lower[:1], lower[1:])
+            listed = await self._list_many([f"{node}/{shard_dir(i * SHARD)}" for i in batch])
+            for found in listed:
+                if found is not None:
+                    before += _before(found[0], sequence, kind)
+        nearest: dict[int, str] = {}
+        for s, child in sorted(before, reverse=True):  # a moved node may be listed twice
+            nearest.setdefault(s, child)
+        wanted = list(nearest.values())[:ahead] if ahead is not None else list(nearest.values())
+        entries = await self.read(prefix, wanted)
+        if any(entry is None for entry in entries):
+            return None
+        return Position(mine, tuple(e for e in entries if e is not None), pzxid)
+
+    async def _list_many(self, paths: Sequence[str]) -> list[tuple[list[str], int] | None]:
+        """The children and pzxid of each of *paths* (None: no such node), listed in that
+        order, pipelined: one round trip."""
+        results: list[tuple[list[str], int] | None] = []
+        with anyio.move_on_after(self._conn.timeout) as budget:
+            client = await self._conn.ready(self._conn.timeout)
+            replies = [client.get_children_nowait(path) for path in paths]
+            for reply in replies:
+                try:
+                    children, stat = await reply.wait()
+                except kz.NoNodeError:
+                    results.append(None)
+                    continue
+                except Exception:  # a connection loss...: listed again, in order
+                    return [await self.children(p) for p in paths]
+                results.append((list(children), int(stat.pzxid)))
+        if budget.cancelled_caught:
+            raise BackendUnavailable(f"ZooKeeper list under {paths[0]!r}: no answer")
+        return results
 
     # -- registering ----------------------------------------------------------------------
 
@@ -205,6 +359,33 @@ class Queues:
         kind: str | None,
     ) -> Position:
         node = self._paths.parent(prefix)
+        ident = prefix + waiter_id
+        try:
+            return await self._register(node, prefix, waiter_id, session_id, value, ahead, kind)
+        except BaseException:
+            # Its node may exist (and may have moved into a shard, where the listing a
+            # repeat makes does not look): a repeat, or the delete of the provisional
+            # entry, looks for it everywhere.
+            self._unanswered.add(ident)
+            raise
+
+    async def _register(
+        self,
+        node: str,
+        prefix: str,
+        waiter_id: str,
+        session_id: int,
+        value: bytes,
+        ahead: int | None,
+        kind: str | None,
+    ) -> Position:
+        ident = prefix + waiter_id
+        if ident in self._unanswered:
+            found = await self.find(node, waiter_id, session_id)
+            self._unanswered.discard(ident)
+            if found is not None and is_sharded(found[0]):  # moved: no twin to make
+                mine = entry_of(prefix + found[0], value, found[1])
+                return await self.position(mine, ahead, kind)
         # The create and the listing, pipelined (one round trip); the entries ahead of
         # mine, if any, are read next. Missing parents are created on NoNode.
         name, stat, listing, known = await self._create(node, waiter_id, session_id, value, [])
@@ -224,10 +405,54 @@ class Queues:
                     mine = entry_of(prefix + name, value, stat)
                     listing = None
                     continue
-            position = await self.place(mine, *listing, ahead, known, kind)
+            long = _tickets_before(listing[0], sequence_of(name)) >= SHARD_AFTER
+            if session_id and long and not is_sharded(name):
+                name = await self._move(node, name, stat, value)
+                mine = entry_of(prefix + name, value, stat)
+                listing = None
+            if listing is not None and not any(shard_index(c) is not None for c in listing[0]):
+                position = await self.place(mine, *listing, ahead, known, kind)
+            else:  # shards: entries ahead may be in them
+                position = await self._locate(mine, ahead, kind, listing)
             if position is not None:
                 return position
             listing, known = None, {}  # an entry ahead left meanwhile: list again
+
+    async def _move(self, node: str, name: str, stat: Any, value: bytes) -> str:
+        """Move my waiter node *name* (of *stat*) into its shard: delete it and create
+        it there, in one transaction; return its new name. A long queue's node keeps
+        about :data:`SHARD_AFTER` waiter nodes, so no listing of it costs more; the new
+        name keeps the sequence number (the place in the queue) and the czxid (the
+        fence: later waiters' nodes were created after it, and moved later or not).
+
+        :raises EntryGoneError: if my node is gone (its session expired)
+        """
+        new = sharded_name(name, stat.czxid)
+        sequence = sequence_of(name) or 0
+        source, target = f"{node}/{name}", f"{node}/{shard_dir(sequence)}/{new}"
+        ops = [delete_op(source, -1), create_op(target, value, self._conn.acl, ephemeral=True)]
+        for _ in range(_CREATE_ATTEMPTS):
+            try:
+                results = await self._conn.call("move", committing(ops))  # not repeated
+            except BackendUnavailable:
+                # No answer: a transaction happened entirely or not at all.
+                if await self._conn.call("exists", methodcaller("exists", target), retry=True):
+                    return new
+                if await self._conn.call("exists", methodcaller("exists", source), retry=True):
+                    continue
+                raise EntryGoneError(f"{source} vanished while it moved") from None
+            failed = [r for r in results if isinstance(r, Exception)]
+            real = [r for r in failed if not isinstance(r, kz.RolledBackError)]
+            if not failed:
+                return new
+            if isinstance(results[0], kz.NoNodeError):
+                raise EntryGoneError(f"{source} vanished while it moved")
+            if isinstance(results[1], kz.NoNodeError):  # its shard: created on demand
+                await self._nodes.ensure_parents(target)
+                continue
+            error = real[0] if real else failed[0]
+            raise BackendError(f"ZooKeeper move of {source}: {type(error).__name__} {error}")
+        raise BackendUnavailable(f"ZooKeeper move of {source}: no answer")
 
     async def _create(
         self, node: str, waiter_id: str, session_id: int, value: bytes, reads: list[str]
@@ -263,10 +488,15 @@ class Queues:
         listing = await self.children(node)
         if listing is None:
             return None
-        for waiter in waiter_names(listing[0]):
+        children = listing[0]
+        shards = sorted(d for d in children if shard_index(d) is not None)
+        if shards:  # a recovery call: every shard is listed
+            for listed in await self._list_many([f"{node}/{d}" for d in shards]):
+                children = children + (listed[0] if listed else [])
+        for waiter in waiter_names(children):
             if waiter.waiter_id != waiter_id:
                 continue
-            path = f"{node}/{waiter.name}"
+            path = self._paths.child(node, waiter.name)
             stat = await self._conn.call("exists", methodcaller("exists", path), retry=True)
             if stat is not None and stat.ephemeralOwner == session_id:
                 return waiter.name, stat
@@ -315,7 +545,10 @@ class Queues:
                 if isinstance(error, BackendUnavailable):
                     return  # a disconnect: the caller reads again, which waits for it
                 raise error from exc
-            if (stat.czxid, stat.version) != (entry.revision, entry.version):
+            if (entry_of(entry.key, None, stat).revision, stat.version) != (
+                entry.revision,
+                entry.version,
+            ):
                 return
             await woken.wait()
 
@@ -330,17 +563,18 @@ class Queues:
         return True
 
     async def delete(self, entry: Entry) -> bool:
-        _, node, name = self._paths.split(entry.key)
+        prefix, node, name = self._paths.split(entry.key)
         if entry.provisional:  # registration outcome unknown: look for its GUID
+            self._unanswered.discard(entry.key)
             deleted = False
             while found := await self.find(node, name, entry.lease):
-                deleted = await self.delete_path(f"{node}/{found[0]}") or deleted
+                deleted = await self.delete_path(self._paths.path(prefix + found[0])) or deleted
         elif parse_waiter(name) is not None:
-            deleted = await self.delete_path(f"{node}/{name}")
+            deleted = await self.delete_path(self._paths.path(entry.key))
         else:
             deleted = await self._delete_same(self._paths.path(entry.key), entry.revision)
         if deleted and not self._nodes.containers:
-            await self._nodes.prune(f"{node}/{name}")
+            await self._nodes.prune(self._paths.path(entry.key))
         return deleted
 
     async def _delete_same(self, path: str, czxid: int) -> bool:
@@ -354,6 +588,50 @@ class Queues:
         except (kz.NoNodeError, kz.BadVersionError):
             return False
         return True
+
+
+def _before(children: list[str], sequence: int, kind: str | None) -> list[tuple[int, str]]:
+    """``(sequence, name)`` of the waiter nodes among *children* before *sequence* (of
+    *kind*, if given)."""
+    found = []
+    for child in children:
+        if kind is not None and not child.startswith(kind):
+            continue
+        s = sequence_of(child)
+        if s is not None and s < sequence:
+            found.append((s, child))
+    return found
+
+
+def _tickets_before(children: list[str], sequence: int | None) -> int:
+    """How many waiter nodes of the queue's own node are before *sequence*."""
+    if sequence is None:
+        return 0
+    return sum(1 for child in children if (s := sequence_of(child)) is not None and s < sequence)
+
+
+def _unique(names: list[str]) -> list[str]:
+    """*names* (in queue order) with one name per sequence number: a node moved into its
+    shard between two listings is in both, and its name in the shard is the current one."""
+    by_sequence: dict[int | None, str] = {}
+    for name in names:
+        s = sequence_of(name)
+        if s not in by_sequence or is_sharded(name):
+            by_sequence[s] = name
+    return list(by_sequence.values())
+
+
+def committing(ops: list[Any]) -> Callable[[WireClient], Awaitable[list[Any]]]:
+    """The multi request of *ops*: its results, or, if it failed as a whole, one
+    exception per operation (the one that failed and the rolled back ones)."""
+
+    async def commit(client: WireClient) -> list[Any]:
+        try:
+            return await client.multi(ops)
+        except MultiFailed as failed:
+            return failed.results
+
+    return commit
 
 
 class _Guard:
