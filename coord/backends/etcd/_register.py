@@ -36,6 +36,7 @@ from ._queue import (
     order_key,
     order_of,
     ordered_end,
+    queue_range,
     range_op,
     tail_key,
 )
@@ -44,6 +45,11 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 __all__ = ["Registrar"]
+
+
+#: In place of the entry right before mine: the registration read that mine is the
+#: queue's first key (nobody is ahead, whatever the rule).
+AT_HEAD = Entry("")
 
 
 @dataclass(frozen=True)
@@ -123,7 +129,7 @@ class Registrar:
         except asyncio.CancelledError:
             request.gone = True
             raise
-        if ahead == 0 and revision:
+        if (ahead == 0 and revision) or before is AT_HEAD:
             position = Position(entry, (), revision)
         elif ahead == 1 and kind is None and before is not None:
             position = Position(entry, (before,), revision)
@@ -240,8 +246,11 @@ class Registrar:
             if reply.succeeded:
                 revision = reply.header.revision
                 self._remember(pk, (revision, first + len(batch) - 1))
-                kvs = reply.responses[-1].response_range.kvs
+                kvs = reply.responses[1 + len(batch)].response_range.kvs
                 before = self._b._entry(kvs[-1]) if kvs else None
+                heads = reply.responses[2 + len(batch)].response_range.kvs if not mod else ()
+                if heads and bytes(heads[0].key) == keys[0]:
+                    before = AT_HEAD
                 break
             mine = reply.responses[1].response_range.kvs
             if mine and mine[0].lease == batch[0].lease:  # a lost answer: it was applied
@@ -270,6 +279,13 @@ class Registrar:
         failure = [range_op(tail), range_op(keys[0])]
         if not mod:  # the last key of the queue, which mine must sort after
             failure.append(range_op(keys[0], ordered_end(pk), last=True))
+            # and on success, the queue's first key: mine if nobody is ahead (an idle
+            # lock's acquire then needs no position read). Only with no tail: the queue
+            # is empty then, but for the waiters of a tail that left with its waiter.
+            head = rpc.RangeRequest(
+                key=queue_range(pk)[0], range_end=keys[0] + b"\0", limit=1, keys_only=True
+            )
+            success.append(rpc.RequestOp(request_range=head))
         # With no tail, not repeated inside the call: a first try that is only late
         # would still apply after a repeat failed, once the queue drained again. The
         # caller (_register) settles a failed one instead, then goes again.

@@ -305,15 +305,17 @@ async def test_a_repeat_after_a_failed_position_read_finds_the_entry(
 ) -> None:
     async with coord.connect(etcd_url, ttl=30) as a:
         fail_first_position(a.backend, monkeypatch)
+        ahead = await a.backend.register("m/", wid(), a.session.lease)  # read as the head
         waiter = wid()
         with pytest.raises(coord.BackendUnavailable):
-            # Registered (the txn answered), then the position read failed.
-            await a.backend.register("m/", waiter, a.session.lease)
-        again = await a.backend.register("m/", waiter, a.session.lease)
+            # Registered (the txn answered), then the position read failed (two entries
+            # ahead asked for: the registration knows of one).
+            await a.backend.register("m/", waiter, a.session.lease, ahead=2)
+        again = await a.backend.register("m/", waiter, a.session.lease, ahead=2)
         listed = (await a.backend.entries("m/")).entries
         # One waiter id never has two entries: the repeat returns the first.
-        assert len(listed) == 1, [e.key for e in listed]
-        assert again.is_head
+        assert len(listed) == 2, [e.key for e in listed]
+        assert again.ahead == (ahead.entry,)
 
 
 async def test_an_acquire_whose_position_read_failed_does_not_wait_on_itself(
@@ -321,15 +323,20 @@ async def test_an_acquire_whose_position_read_failed_does_not_wait_on_itself(
 ) -> None:
     async with AsyncExitStack() as stack:
         a, b = await clients(stack, etcd_url, 2)
-        fail_first_position(a.backend, monkeypatch)
+        failed = fail_first_position(a.backend, monkeypatch)
+        other = b.semaphore("m", 2)
+        await other.acquire()  # one slot of two taken: a reads its position
         acquired = False
         with anyio.move_on_after(5):
-            async with a.mutex("m"):
+            # (an idle lock's registration already says it is the head: no read)
+            async with a.semaphore("m", 2):
                 acquired = True
+        assert failed == ["position"]
         keys = [e.key for e in (await b.backend.entries("m/")).entries]
-        assert acquired, f"a's uncontended acquire hung; keys left: {keys}"
+        assert acquired, f"a's acquire hung; keys left: {keys}"
+        await other.release()
         with anyio.fail_after(5):
-            async with b.mutex("m"):
+            async with b.semaphore("m", 2):
                 pass
 
 
@@ -377,5 +384,34 @@ async def test_a_timed_out_acquire_whose_clean_up_failed_leaves_nothing_that_blo
         what, args, kwargs = held[0]
         await real(what, *args, **kwargs)  # the late attempt arrives
         with anyio.fail_after(5):
-            async with b.mutex("m"):
+            async with b.semaphore("m", 2):
                 pass
+
+
+async def test_an_idle_locks_acquire_reads_no_position_and_a_tailless_queue_is_not_empty(
+    etcd_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no tail, the registration also reads the queue's first key: if it is mine,
+    nobody is ahead and no position read follows (an idle lock's acquire). But no tail
+    does not mean an empty queue: the waiters of a tail that left with its newest
+    waiter's session are still ahead."""
+    async with AsyncExitStack() as stack:
+        a, b, c = await clients(stack, etcd_url, 3)
+        reads: list[str] = []
+        backend: Any = a.backend
+        real = backend._conn.call_answer
+
+        async def counting(what: str, *args: Any, **kwargs: Any) -> Any:
+            reads.append(what)
+            return await real(what, *args, **kwargs)
+
+        monkeypatch.setattr(backend._conn, "call_answer", counting)
+        async with a.mutex("idle"):
+            pass
+        assert "position" not in reads, reads
+        first = await b.backend.register("m/", wid(), b.session.lease)
+        await c.backend.register("m/", wid(), c.session.lease)  # the newest: the tail's
+        await c.session.lease.revoke()  # its key and the tail go; b's stays
+        assert await a.backend.get("m/@") is None
+        mine = await a.backend.register("m/", wid(), a.session.lease)
+        assert mine.ahead == (first.entry,)
