@@ -37,6 +37,7 @@ __all__ = [
     "shard_index",
     "sharded_name",
     "waiter_names",
+    "waiters_before",
 ]
 
 _SEQUENCE_DIGITS = 10
@@ -122,18 +123,27 @@ def nearest_before(
     mine = sequence_of(name)
     if mine is None or name not in children:
         return None
-    before = []
-    for child in children:
-        if kind is not None and not child.startswith(kind):
-            continue
-        sequence = sequence_of(child)
-        if sequence is not None and sequence < mine:
-            before.append((sequence, child))
+    before = waiters_before(children, mine, kind)
     if limit is None:
         before.sort(reverse=True)
     else:
         before = heapq.nlargest(limit, before)
     return [child for _, child in before]
+
+
+def waiters_before(
+    children: list[str], sequence: int, kind: str | None = None
+) -> list[tuple[int, str]]:
+    """``(sequence, name)`` of the waiter nodes among *children* before *sequence* (only
+    those whose name starts with *kind*, if given), in listing order."""
+    found = []
+    for child in children:
+        if kind is not None and not child.startswith(kind):
+            continue
+        s = sequence_of(child)
+        if s is not None and s < sequence:
+            found.append((s, child))
+    return found
 
 
 def waiter_names(children: list[str]) -> list[WaiterName]:

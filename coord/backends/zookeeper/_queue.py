@@ -57,6 +57,7 @@ from ._paths import (
     shard_index,
     sharded_name,
     waiter_names,
+    waiters_before,
 )
 from ._wire import MultiFailed, create_op, delete_op
 
@@ -301,9 +302,9 @@ class Queues:
         if listing is None or name not in (shard[0] if is_sharded(name) and shard else listing[0]):
             raise EntryGoneError(f"{mine.key} no longer exists")
         children, pzxid = listing
-        before = _before(children, sequence, kind)
+        before = waiters_before(children, sequence, kind)
         if shard is not None:
-            before += _before(shard[0], sequence, kind)
+            before += waiters_before(shard[0], sequence, kind)
         block = sequence // SHARD
         lower = sorted(
             (i for i in map(shard_index, children) if i is not None and i < block), reverse=True
@@ -317,7 +318,7 @@ class Queues:
             listed = await self._list_many([f"{node}/{shard_dir(i * SHARD)}" for i in batch])
             for found in listed:
                 if found is not None:
-                    before += _before(found[0], sequence, kind)
+                    before += waiters_before(found[0], sequence, kind)
         nearest: dict[int, str] = {}
         for s, child in sorted(before, reverse=True):  # a moved node may be listed twice
             nearest.setdefault(s, child)
@@ -590,24 +591,9 @@ class Queues:
         return True
 
 
-def _before(children: list[str], sequence: int, kind: str | None) -> list[tuple[int, str]]:
-    """``(sequence, name)`` of the waiter nodes among *children* before *sequence* (of
-    *kind*, if given)."""
-    found = []
-    for child in children:
-        if kind is not None and not child.startswith(kind):
-            continue
-        s = sequence_of(child)
-        if s is not None and s < sequence:
-            found.append((s, child))
-    return found
-
-
 def _tickets_before(children: list[str], sequence: int | None) -> int:
     """How many waiter nodes of the queue's own node are before *sequence*."""
-    if sequence is None:
-        return 0
-    return sum(1 for child in children if (s := sequence_of(child)) is not None and s < sequence)
+    return 0 if sequence is None else len(waiters_before(children, sequence))
 
 
 def _unique(names: list[str]) -> list[str]:
