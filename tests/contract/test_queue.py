@@ -141,6 +141,7 @@ async def test_a_put_wakes_one_idle_worker_not_all(
     assert sorted(done) == sorted([b"one"] + [b"more %d" % i for i in range(7)])
 
 
+@pytest.mark.real_clock  # the retry backoff is read from time.time()
 async def test_exception_retries_in_place_then_parks(clients: list[coord.Client]) -> None:
     a, b, _, _ = clients
     queue = b.queue("retry", max_attempts=3, retry_delay=0.05)

@@ -4,7 +4,7 @@ accepts connections and never speaks is a member that hangs during the handshake
 from __future__ import annotations
 
 import socket
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import grpc
@@ -12,7 +12,7 @@ import pytest
 from aetcd import rpc
 
 from coord import BackendUnavailable
-from coord.backends.etcd._connection import stream_write
+from coord.backends.etcd._connection import guarded, stream_write
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -79,3 +79,39 @@ async def test_a_cancelled_write_ends_its_call(channel: grpc.aio.Channel) -> Non
     assert scope.cancelled_caught
     with anyio.fail_after(3):
         assert await call.code() == grpc.StatusCode.CANCELLED
+
+
+def _txn(channel: grpc.aio.Channel) -> Any:
+    return rpc.KVStub(channel).Txn(rpc.TxnRequest(), timeout=30)
+
+
+async def test_a_unary_call_whose_channel_closes_is_unavailable_not_cancelled(
+    channel: grpc.aio.Channel,
+) -> None:
+    """gRPC cancels the calls of a channel it closes (a failover): that is the store being
+    unreachable, not our cancellation, which would escape every cancel scope as a bare
+    CancelledError and cancel the caller's task group."""
+    failed = anyio.Event()
+
+    async def call() -> None:
+        with pytest.raises(BackendUnavailable):
+            await guarded(_txn(channel))
+        failed.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        await anyio.sleep(0.3)
+        await channel.close(grace=None)
+        with anyio.fail_after(3):
+            await failed.wait()
+
+
+async def test_a_cancelled_unary_call_is_cancelled_and_the_scope_catches_it(
+    channel: grpc.aio.Channel,
+) -> None:
+    call = _txn(channel)
+    with anyio.move_on_after(0.3) as scope:
+        await guarded(call)
+    assert scope.cancelled_caught
+    assert call.cancelled()
+    assert call.done()

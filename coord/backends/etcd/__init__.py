@@ -360,7 +360,8 @@ class EtcdBackend(Backend):
             found = await self._find_ordered(prefix + "/", waiter_id, entry.lease)
             return await self.delete(found) if found is not None else False
         ops = [rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key))]
-        if order_of(entry.key) is not None and not entry.provisional:
+        ordered = order_of(entry.key) is not None and not entry.provisional
+        if ordered:
             ops = self._queues.release_ops(entry)
         if entry.provisional:
             guard = rpc.Compare(key=key, target=_LEASE, lease=entry.lease, result=_EQUAL)
@@ -370,6 +371,10 @@ class EtcdBackend(Backend):
         answer = await self._conn.call_answer("delete", lambda c: c.kv.Txn, request)
         reply = answer.reply
         if reply.succeeded and reply.responses[0].response_delete_range.deleted:
+            if ordered and reply.responses[1].response_txn.succeeded:
+                # The queue's tail went with it: the next registration here starts a
+                # new run of numbers (not a compare that fails on the tail it knew).
+                self._registrar.tail_dropped(key, reply.header.revision)
             return True
         # Not there: certain on a first attempt; after a repeat, the attempt whose reply
         # was lost may have deleted it.

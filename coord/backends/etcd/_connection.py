@@ -20,6 +20,7 @@ import os
 import ssl
 import stat
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
@@ -151,8 +152,11 @@ async def guarded(awaitable: Awaitable[T]) -> T:
     then takes for a foreign cancellation: it escapes ``move_on_after`` and cancels the
     enclosing task group. So the operation runs as its own future behind
     ``asyncio.shield``: our task is cancelled with anyio's message, and we cancel the
-    operation ourselves.
+    operation ourselves. A unary call is waited for with a callback instead (no task of
+    ours per request: a third of a request's cost on the client).
     """
+    if isinstance(awaitable, grpc.aio.UnaryUnaryCall):
+        return await _unary(awaitable)  # type: ignore[no-any-return]
     future = asyncio.ensure_future(awaitable)
     try:
         return await asyncio.shield(future)
@@ -175,6 +179,34 @@ async def guarded(awaitable: Awaitable[T]) -> T:
         if not future.cancelled():
             future.exception()  # retrieved, so asyncio does not log "never retrieved"
         raise
+
+
+async def _unary(call: Any) -> Any:
+    """:func:`guarded` for a unary call: wait for its end on a future of our own (which
+    only our task's cancellation cancels), then take its outcome."""
+    if not call.done():
+        ended = asyncio.get_running_loop().create_future()
+        call.add_done_callback(partial(_resolve, ended))
+        try:
+            await ended
+        except BaseException:
+            call.cancel()
+            with anyio.CancelScope(shield=True):
+                await asyncio.wait([ended])  # until gRPC is done with the call
+            raise
+    try:
+        return await call  # ended: its response, or its error (deserialized)
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise  # ours, between its end and its response
+        # Not our cancellation: gRPC cancelled the call itself (its channel closed).
+        raise BackendUnavailable("the gRPC call was cancelled: its channel closed") from None
+
+
+def _resolve(future: asyncio.Future[None], _call: Any) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 async def stream_write(call: Any, request: Any) -> None:

@@ -324,6 +324,15 @@ class Registrar:
         self._remember(pk, (mod, last))
         return mod, last
 
+    def tail_dropped(self, key: bytes, revision: int) -> None:
+        """The delete of the waiter key *key* at *revision* deleted its queue's tail too
+        (it was the newest waiter): the tail to number from is none, as a read at that
+        revision would have found. Only a guess that saves a conflict: another client
+        may register meanwhile, and the compares of the next registration tell."""
+        pk = key[: key.rindex(b"/") + 1]
+        if pk in self._tails:
+            self._remember(pk, _tail_of((), revision))
+
     def _remember(self, pk: bytes, tail: tuple[int, int]) -> None:
         if len(self._tails) >= 4096:
             self._tails.clear()

@@ -20,6 +20,7 @@ A watch whose start revision has been compacted away cannot resume: it reports
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 from collections import deque
@@ -30,12 +31,12 @@ import grpc
 from aetcd import rpc
 
 from ..._exceptions import BackendError, BackendUnavailable, ResyncNeeded
-from ._connection import AuthTokenExpired, finish, stream_read, stream_write
+from ._connection import AuthTokenExpired, finish, stream_read
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from anyio.abc import TaskGroup, TaskStatus
+    from anyio.abc import TaskStatus
 
     from ._connection import Connection
 
@@ -192,9 +193,8 @@ class WatchStream:
         # in order, and a refusal carries id -1 (InvalidWatchID), not ours.
         self._sent: deque[int] = deque()
         self._call: Any = None
-        self._tg: TaskGroup | None = None  # the current stream's: its pump runs there
-        self._pumping = False
-        self._lock = anyio.Lock()
+        # What wakes the pump when it has nothing to send (None while it sends).
+        self._idle: asyncio.Future[None] | None = None
         self._answered = False  # a watch was created, or events delivered
         self._failing = False
         #: Statistics: responses with events received, and events in them.
@@ -236,10 +236,11 @@ class WatchStream:
             self._kick()
 
     def _kick(self) -> None:
-        """Start the pump unless it runs (or there is no stream: it starts with one)."""
-        if not self._pumping and self._tg is not None and self._call is not None:
-            self._pumping = True
-            self._tg.start_soon(self._pump)
+        """Wake the pump if it waits for something to send (with no stream, there is no
+        pump: the next one sends everything)."""
+        idle = self._idle
+        if idle is not None and not idle.done():
+            idle.set_result(None)
 
     def _next_request(self) -> Any:
         if self._cancels:
@@ -256,22 +257,29 @@ class WatchStream:
             return watch.create_request(watch.id)
         return None
 
-    async def _pump(self) -> None:
+    async def _pump(self, call: Any) -> None:
         """Send what is to be sent (cancels first, then creations while fewer than
-        _PIPELINE are unanswered), then end. Runs in the stream's task group: only the
-        stream's end (whose call goes with it) interrupts a write."""
+        _PIPELINE are unanswered), and wait for more: one task beside the reader for the
+        stream's life (a task per burst of writes, and one per write to race the call's
+        end, cost more than the writes). The reader's end cancels it, and with it a write
+        that grpc.aio would never wake once the call ended (``stream_write`` races it)."""
+        loop = asyncio.get_running_loop()
         try:
-            async with self._lock:
-                call = self._call
-                while call is not None and call is self._call:
-                    request = self._next_request()
-                    if request is None:
-                        return
-                    await stream_write(call, request)
-        except (grpc.aio.AioRpcError, BackendUnavailable):
-            pass  # the stream is broken: run() reopens it and creates every watch again
-        finally:
-            self._pumping = False
+            while True:
+                request = self._next_request()
+                if request is None:
+                    self._idle = loop.create_future()
+                    try:
+                        await self._idle
+                    finally:
+                        self._idle = None
+                    continue
+                await call.write(request)
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+            call.cancel()  # the stream is broken: run() reopens it, creating every watch
+        except BaseException:
+            call.cancel()  # a write cut half-way leaves the stream unusable
+            raise
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Keep the stream open, reopening it after every break. Start with ``tg.start``.
@@ -318,8 +326,8 @@ class WatchStream:
         error: Exception | None = None
         try:
             async with anyio.create_task_group() as tg:
-                self._reset(call, tg)
-                self._kick()
+                self._reset(call)
+                tg.start_soon(self._pump, call)
                 try:
                     while True:
                         self._handle(await stream_read(call))
@@ -329,12 +337,11 @@ class WatchStream:
             if error is not None:
                 raise error
         finally:
-            self._call = self._tg = None
-            self._pumping = False
+            self._call = None
             await finish(call)
 
-    def _reset(self, call: Any, tg: TaskGroup) -> None:
-        self._call, self._tg = call, tg
+    def _reset(self, call: Any) -> None:
+        self._call = call
         self._by_id.clear()
         self._cancels.clear()  # the old stream's watches died with it
         self._sent.clear()
