@@ -264,40 +264,67 @@ def zk_floor_sync(hosts: str, handoffs: int) -> float:
 # -- uncontended ---------------------------------------------------------------------------
 
 
-async def uncontended(url: str, rounds: int) -> float:
-    async with coord.connect(url, ttl=10) as client:
+#: Uncontended rounds: blocks of each, alternating, after a warm-up (the machines are
+#: noisy: one block of each, one after the other, gave ratios from 1.2 to 1.9).
+BLOCKS, ROUNDS, WARMUP = 7, 60, 20
+
+
+async def uncontended_ratio(url: str, host: str, port: int, zk: bool) -> tuple[float, float]:
+    """(coord's acquire+release time, its ratio to a raw create+delete pair): the median
+    over alternating blocks of each, both clients open throughout."""
+    async with contextlib.AsyncExitStack() as stack:
+        client = await stack.enter_async_context(coord.connect(url, ttl=10))
         mutex = client.mutex(f"u{uuid.uuid4().hex[:8]}")
-        t0 = time.perf_counter()
-        for _ in range(rounds):
-            await mutex.acquire()
-            await mutex.release()
-        return (time.perf_counter() - t0) / rounds
+
+        async def mine(rounds: int) -> float:
+            t0 = time.perf_counter()
+            for _ in range(rounds):
+                await mutex.acquire()
+                await mutex.release()
+            return (time.perf_counter() - t0) / rounds
+
+        if zk:
+            kazoo = KazooClient(hosts=f"{host}:{port}")
+            await anyio.to_thread.run_sync(kazoo.start)
+            stack.callback(kazoo.close)
+            stack.callback(kazoo.stop)
+
+            async def raw(rounds: int) -> float:
+                return await anyio.to_thread.run_sync(zk_raw_pairs, kazoo, rounds)
+        else:
+            etcd = await stack.enter_async_context(aetcd.Client(host=host, port=port))
+
+            async def raw(rounds: int) -> float:
+                return await etcd_raw_pairs(etcd, rounds)
+
+        await mine(WARMUP)
+        await raw(WARMUP)
+        mines, raws = [], []
+        for _ in range(BLOCKS):
+            mines.append(await mine(ROUNDS))
+            raws.append(await raw(ROUNDS))
+        return statistics.median(mines), statistics.median(mines) / statistics.median(raws)
 
 
-async def etcd_raw_pair(host: str, port: int, rounds: int) -> float:
-    async with aetcd.Client(host=host, port=port) as client:
-        key = f"raw-{uuid.uuid4().hex[:6]}".encode()
-        t0 = time.perf_counter()
-        for _ in range(rounds):
-            await client.put(key, b"")
-            await client.delete(key)
-        return (time.perf_counter() - t0) / rounds
+async def etcd_raw_pairs(client: aetcd.Client, rounds: int) -> float:
+    key = f"raw-{uuid.uuid4().hex[:6]}".encode()
+    t0 = time.perf_counter()
+    for _ in range(rounds):
+        await client.put(key, b"")
+        await client.delete(key)
+    return (time.perf_counter() - t0) / rounds
 
 
-def zk_raw_pair_sync(hosts: str, rounds: int) -> float:
-    client = KazooClient(hosts=hosts)
-    client.start()
-    try:
-        base = f"/raw-{uuid.uuid4().hex[:6]}"
-        client.ensure_path(base)
-        t0 = time.perf_counter()
-        for _ in range(rounds):
-            path = client.create(f"{base}/n", ephemeral=True, sequence=True)
-            client.delete(path)
-        return (time.perf_counter() - t0) / rounds
-    finally:
-        client.stop()
-        client.close()
+def zk_raw_pairs(client: KazooClient, rounds: int) -> float:
+    base = f"/raw-{uuid.uuid4().hex[:6]}"
+    client.ensure_path(base)
+    t0 = time.perf_counter()
+    for _ in range(rounds):
+        path = client.create(f"{base}/n", ephemeral=True, sequence=True)
+        client.delete(path)
+    elapsed = time.perf_counter() - t0
+    client.delete(base)
+    return elapsed / rounds
 
 
 def cohort(k: int) -> str:
@@ -360,13 +387,9 @@ async def measure(
                 )
             )
             print(" | ".join(rows[-1].cells()), flush=True)
-    mine = await uncontended(url, 200)
-    if zk:
-        raw = await anyio.to_thread.run_sync(zk_raw_pair_sync, f"{host}:{port}", 200)
-    else:
-        raw = await etcd_raw_pair(host, int(port), 200)
+    mine, ratio = await uncontended_ratio(url, host, int(port), zk)
     rows.append(
-        Row(store, f"uncontended coord / two raw round trips = {mine / raw:.2f}", 1, 1 / mine)
+        Row(store, f"uncontended coord / two raw round trips = {ratio:.2f}", 1, 1 / mine)
     )
     return rows
 
