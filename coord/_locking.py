@@ -9,6 +9,7 @@ itself forever; or, for a mutex made with ``reentrant=True``, enters again.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import weakref
 from dataclasses import dataclass, field
@@ -56,6 +57,16 @@ class _Claim:
 _claims: weakref.WeakKeyDictionary[SessionSource, dict[tuple[str, int], _Claim]] = (
     weakref.WeakKeyDictionary()
 )
+
+
+def _task_id() -> int:
+    """anyio's id of the current task (``get_current_task().id``), without making its
+    TaskInfo on asyncio: a lock asks it three times per acquire and release."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no asyncio loop: trio
+        task = None
+    return id(task) if task is not None else get_current_task().id
 
 
 class TaskLock:
@@ -110,7 +121,7 @@ class TaskLock:
         return claims
 
     def _claim(self) -> _Claim | None:
-        return self._claims().get((self._prefix, get_current_task().id))
+        return self._claims().get((self._prefix, _task_id()))
 
     def _held(self) -> list[Hold]:
         return [
@@ -193,7 +204,7 @@ class TaskLock:
         if again is not None:
             return again
         claims = self._claims()
-        key = (self._prefix, get_current_task().id)
+        key = (self._prefix, _task_id())
         claim = claims[key] = _Claim(self)
         self._waiting += 1
         started = monotonic()
@@ -253,7 +264,7 @@ class TaskLock:
         claim.depth -= 1
         if claim.depth > 0:
             return
-        self._claims().pop((self._prefix, get_current_task().id), None)
+        self._claims().pop((self._prefix, _task_id()), None)
         hold = claim.hold
         try:
             await hold._end()

@@ -18,6 +18,7 @@ the lease is marked lost, so that every holder hears of it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from abc import abstractmethod
 from typing import TYPE_CHECKING
@@ -28,6 +29,8 @@ from .._exceptions import BackendError
 from ..abc import Lease
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from anyio.abc import TaskStatus
 
 __all__ = ["KeptAliveLease"]
@@ -50,6 +53,7 @@ class KeptAliveLease(Lease):
         self._deadline = sent_at + ttl
         self._lost = anyio.Event()
         self._scope = anyio.CancelScope()
+        self._now = _clock()  # `lost` reads it at every check of every waiter and hold
         self._gone = False  # the store said the lease no longer exists
         self._why_failed = "?"  # why the last refresh failed (for the log)
         #: Why the lease was lost (None while it is not).
@@ -76,7 +80,7 @@ class KeptAliveLease(Lease):
         if self._lost.is_set():
             return True
         try:
-            return anyio.current_time() >= self._deadline
+            return self._now() >= self._deadline
         except RuntimeError:  # no event loop (a repr after the run): the last known state
             return False
 
@@ -196,3 +200,12 @@ class KeptAliveLease(Lease):
         while (remaining := self._deadline - anyio.current_time()) > 0:  # noqa: ASYNC110
             await anyio.sleep(remaining)
         self._mark_lost("the deadline passed without an acknowledged keepalive")
+
+
+def _clock() -> Callable[[], float]:
+    """``anyio.current_time`` of the running event loop, looked up once: on asyncio the
+    loop's own clock (what anyio reads), elsewhere anyio's (trio's, a test's MockClock)."""
+    try:
+        return asyncio.get_running_loop().time
+    except RuntimeError:
+        return anyio.current_time
