@@ -88,6 +88,9 @@ class _Watcher:
     def fail(self, error: BackendError) -> None:
         raise NotImplementedError
 
+    def created(self, revision: int) -> None:
+        """The server created it at store revision *revision*."""
+
 
 class Watch(_Watcher):
     """One watch on a key or range. Iterate it for batches of ``aetcd.rpc.Event``.
@@ -145,15 +148,25 @@ class Guard(_Watcher):
     """A watch for the deletion of one key that calls *on_change* once: at the deletion,
     or when the watch ends otherwise (compaction, an error): the caller re-reads."""
 
-    __slots__ = ("_on_change", "error")
+    __slots__ = ("_on_change", "_on_created", "error")
 
     def __init__(
-        self, stream: WatchStream, key: bytes, start: int, on_change: Callable[[], None]
+        self,
+        stream: WatchStream,
+        key: bytes,
+        start: int,
+        on_change: Callable[[], None],
+        on_created: Callable[[int], None] | None = None,
     ) -> None:
         super().__init__(stream, key, b"", start, no_put=True)
         self._on_change = on_change
+        self._on_created = on_created
         #: Why the server ended the watch, if it did.
         self.error: BackendError | None = None
+
+    def created(self, revision: int) -> None:
+        if self._on_created is not None and not self.closed:
+            self._on_created(revision)
 
     def deliver(self, events: Any) -> None:
         if events:  # deletes only (NOPUT): the key is gone
@@ -216,9 +229,17 @@ class WatchStream:
         self._add(watch)
         return watch
 
-    def guard(self, key: bytes, *, start_revision: int, on_change: Callable[[], None]) -> Guard:
-        """Start a :class:`Guard` of *key*. Not a checkpoint."""
-        guard = Guard(self, key, start_revision, on_change)
+    def guard(
+        self,
+        key: bytes,
+        *,
+        start_revision: int,
+        on_change: Callable[[], None],
+        on_created: Callable[[int], None] | None = None,
+    ) -> Guard:
+        """Start a :class:`Guard` of *key* (*start_revision* 0: from its creation on,
+        which *on_created* is told). Not a checkpoint."""
+        guard = Guard(self, key, start_revision, on_change, on_created)
         self._add(guard)
         return guard
 
@@ -358,6 +379,10 @@ class WatchStream:
                 self._cancelled(watch, watch_id, response)
             elif watch is not None:
                 self._answered = True
+                revision = response.header.revision
+                if not watch.next_revision:  # "from now": a new stream resumes from here
+                    watch.next_revision = revision + 1
+                watch.created(revision)
             self._kick()  # room in the pipeline
             return
         watch = self._by_id.get(response.watch_id)
