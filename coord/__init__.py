@@ -1,7 +1,7 @@
 """coord: async coordination on etcd and ZooKeeper watches.
 
 A fair-queue distributed mutex with fencing tokens (``async with client.mutex(name)``),
-leader election, a semaphore and a read-write lock, a job queue, fenced writes
+leader election, group membership, a semaphore and a read-write lock, a job queue, fenced writes
 (:func:`fenced_put`, :func:`fenced_update`), written once against a small backend
 contract (:mod:`coord.abc`) that the memory, etcd and ZooKeeper backends implement.
 """
@@ -25,6 +25,7 @@ from ._exceptions import JobNotFound as JobNotFound
 from ._exceptions import LeadershipLost as LeadershipLost
 from ._exceptions import LockedError as LockedError
 from ._exceptions import LockLost as LockLost
+from ._exceptions import MembershipLost as MembershipLost
 from ._exceptions import NoLeaderError as NoLeaderError
 from ._exceptions import NotLeaderError as NotLeaderError
 from ._exceptions import NotOwnerError as NotOwnerError
@@ -34,6 +35,10 @@ from ._exceptions import SessionExpiredError as SessionExpiredError
 from ._fencing import fenced_put as fenced_put
 from ._fencing import fenced_update as fenced_update
 from ._fencing import fenced_update_sql as fenced_update_sql
+from ._group import Group as Group
+from ._group import Joining as Joining
+from ._group import Member as Member
+from ._group import Membership as Membership
 from ._hold import Hold as Hold
 from ._jobs import DeadLetter as DeadLetter
 from ._jobs import Job as Job
@@ -66,16 +71,21 @@ __all__ = [
     "DeadLetter",
     "Election",
     "EntryGoneError",
+    "Group",
     "Histogram",
     "Hold",
     "Job",
     "JobNotFound",
     "JobRef",
+    "Joining",
     "KeyStats",
     "Leader",
     "LeadershipLost",
     "LockLost",
     "LockedError",
+    "Member",
+    "Membership",
+    "MembershipLost",
     "Mutex",
     "MutexStatistics",
     "NoLeaderError",

@@ -75,6 +75,18 @@ def check_seconds(value: object, what: str) -> float:
     return float(value)
 
 
+def check_supervisor(fn: object, cooldown: object) -> float:
+    """A supervisor's (``Election.run``, ``Group.run``) function and cooldown, checked at
+    the call: TypeError unless *fn* is callable and *cooldown* a number of seconds,
+    ConfigurationError unless the cooldown is >= 0 and finite. Returns the cooldown."""
+    if not callable(fn):
+        raise TypeError(f"fn must be an async function, not {type(fn).__name__}")
+    seconds = check_seconds(cooldown, "cooldown")
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise ConfigurationError(f"cooldown must be >= 0 seconds, not {cooldown!r}")
+    return seconds
+
+
 def check_duration(value: object, what: str) -> float:
     """*value*, a protocol duration (a timeout), as a float: TypeError if it is not a
     number of seconds, ConfigurationError unless it is > 0 and finite."""

@@ -14,6 +14,7 @@ from ._checks import check_bool, check_duration, check_type
 from ._election import Election
 from ._exceptions import ClosedError, ConfigurationError
 from ._extras import needs_extra
+from ._group import Group
 from ._keeper import SessionKeeper, SessionStatistics
 from ._mutex import Mutex
 from ._nosession import NoSessions
@@ -204,6 +205,14 @@ class Client(AsyncResource):
         :raises ConfigurationError: if *name* is not a valid name
         """
         return Election(self._source, name)
+
+    def group(self, name: str) -> Group:
+        """A :class:`coord.Group` called *name* on this client's sessions: join it, list
+        and watch its members. Not a checkpoint.
+
+        :raises ConfigurationError: if *name* is not a valid name
+        """
+        return Group(self._source, name)
 
     def queue(
         self,

@@ -14,7 +14,6 @@ Who leads, as read by ``leader`` and ``observe``, is in :mod:`coord._leader`.
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, NoReturn
@@ -22,11 +21,10 @@ from typing import TYPE_CHECKING, NoReturn
 import anyio
 
 from . import _keys, _retry
-from ._checks import check_seconds, check_size
+from ._checks import check_size, check_supervisor
 from ._exceptions import (
     BackendError,
     BackendUnavailable,
-    ConfigurationError,
     LeadershipLost,
     SessionExpiredError,
 )
@@ -240,11 +238,7 @@ class Election:
             larger than the store takes (at the call)
         """
         value = self._check_value(value)
-        if not callable(fn):
-            raise TypeError(f"fn must be an async function, not {type(fn).__name__}")
-        cooldown = check_seconds(cooldown, "cooldown")
-        if not (math.isfinite(cooldown) and cooldown >= 0):
-            raise ConfigurationError(f"cooldown must be >= 0 seconds, not {cooldown!r}")
+        cooldown = check_supervisor(fn, cooldown)
         while True:
             term: Term | None = None
             try:

@@ -101,6 +101,11 @@ class LeadershipLost(LockLost):
     """Leadership was lost while the leader was still leading."""
 
 
+class MembershipLost(LockLost):
+    """A group membership was lost while the member was still in its block (its session
+    was lost, or its entry deleted by someone else)."""
+
+
 class ClaimLost(LockLost):
     """A worker's claim on a queued job was lost, or its ending (ack, retry, park,
     dead letter, release) was not known to be applied.

@@ -30,6 +30,7 @@ def test_what_public_calls_return_is_exported() -> None:
     """What an editor shows for ``election.campaign(...)``, ``queue.claim()`` or
     ``rw.read`` is a name the user can import from coord and find in the reference."""
     assert coord.Election.campaign.__annotations__["return"] == "Campaign"
+    assert coord.Group.join.__annotations__["return"] == "Joining"
     assert coord.Queue.claim.__annotations__["return"] == "Claiming"
     assert coord.RWLock.__annotations__ == {"read": "RWLockSide", "write": "RWLockSide"}
     reference = (Path(__file__).parent.parent / "docs" / "reference.md").read_text()
@@ -58,6 +59,7 @@ def test_what_public_calls_return_is_exported() -> None:
 def test_error_tree() -> None:
     assert issubclass(coord.LockLost, coord.SessionExpiredError)
     assert issubclass(coord.LeadershipLost, coord.LockLost)
+    assert issubclass(coord.MembershipLost, coord.LockLost)
     assert issubclass(coord.ClaimLost, coord.LockLost)
     assert issubclass(coord.JobNotFound, LookupError)
     for exc in (

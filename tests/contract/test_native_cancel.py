@@ -339,3 +339,27 @@ async def test_a_cancelled_put_with_a_job_id_is_withdrawn(
         while (await queue.stats()).depth:  # noqa: ASYNC110  (withdrawn in the background)
             await anyio.sleep(0.05)
         assert (await a.backend.entries("withdrawn/_ids/")).entries == ()
+
+
+@pytest.mark.parametrize("steps", [0, 1, 2, 5])
+async def test_a_join_cancelled_natively_at_any_point_leaves_no_member(
+    clients: list[coord.Client], steps: int
+) -> None:
+    """``task.cancel()`` after *steps* turns of the loop: while registering, in the body,
+    or while leaving. The membership's entry goes in every case."""
+    a, b, _, _ = clients
+
+    async def member() -> None:
+        async with a.group("native-join").join(b"a"):
+            await asyncio.sleep(3600)
+
+    for _ in range(3):
+        task = asyncio.create_task(member())
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    with anyio.fail_after(10):
+        while await b.group("native-join").members():  # noqa: ASYNC110  (deleted by a task)
+            await asyncio.sleep(0.02)

@@ -69,6 +69,16 @@ async def test_every_public_class_has_an_informative_repr() -> None:
             leader = await election.leader()
             check(leader, "Leader(", "node-1")
 
+        group = client.group("pool")
+        check(group, "<coord.Group 'pool'>")
+        joining = group.join(b"node-1")
+        check(joining, "<coord.Joining 'pool'", "node-1")
+        async with joining as membership:
+            check(membership, "<coord.Membership 'pool'", f"fence={membership.fence}", "member")
+            (member,) = await group.members()
+            check(member, "Member(", "node-1", "repr-test")
+        check(membership, "left")
+
         queue = client.queue("emails")
         check(queue, "<coord.Queue 'emails'")
         ref = await queue.put(b"hi", key="customer-7")
