@@ -37,7 +37,7 @@ from ._exceptions import (
     SessionExpiredError,
 )
 from ._hold import Hold
-from ._keys import fence_of
+from ._keys import fence_of, waiter_id_of
 from ._locking import TaskLock
 from ._turns import Rule
 from ._waiters import parse_identity, waiter_value
@@ -55,15 +55,17 @@ _log = logging.getLogger("coord")
 #: A member reads no entry ahead and waits for none: joining is one registration.
 JOINED = Rule(ahead=0)
 
-#: Room in an entry's value for who joined and when, besides the member's own value.
-_RECORD_ROOM = 1024
+#: Room for the registration time's digits to grow between the check and the write.
+_TIME_ROOM = 16
 
 
 @dataclass(frozen=True)
 class Member:
     """One member of a group, as read from the store.
 
-    :ivar id: the member's entry key (unique per join)
+    :ivar id: the member's id: its group's name and the waiter id it joined with,
+        unique per join, the same on every store and for the life of the membership
+        (``membership.id``)
     :ivar identity: who joined: ``host``, ``pid``, and ``name`` when the client was given
         one (``connect(..., identity=...)``); empty for an entry written by something else
     :ivar value: the value it joined with
@@ -87,12 +89,27 @@ class Member:
         except (binascii.Error, ValueError):
             value = b""
         return cls(
-            entry.key,
+            member_id(entry.key),
             record,
             value,
             float(since) if isinstance(since, (int, float)) else None,
             fence_of(entry.revision),
         )
+
+
+def member_id(key: str) -> str:
+    """The id of the member whose entry key is *key*: the key's name and the waiter id
+    it joined with (``@w`` and hex digits, fresh per join), without what a store adds
+    (etcd's order number before it; ZooKeeper's sequence number after it, with the
+    creation zxid when a long group's node moved into a shard, which changes its key)."""
+    name, _, last = key.rpartition("/")
+    waiter = waiter_id_of(last)
+    end = len(waiter)
+    for mark in ("-", ":"):
+        at = waiter.find(mark)
+        if at >= 0:
+            end = min(end, at)
+    return f"{name}/{waiter[:end]}"
 
 
 class Membership(Hold):
@@ -106,6 +123,12 @@ class Membership(Hold):
     def __repr__(self) -> str:
         state = "lost" if self.lost else "left" if self.released else "member"
         return f"<coord.Membership {self.name!r} fence={self.fence} {state}>"
+
+    @property
+    def id(self) -> str:
+        """This member's id, as :attr:`Member.id` (its key may change: a ZooKeeper node
+        of a long group moves into a shard)."""
+        return member_id(self.key)
 
     @property
     def member(self) -> Member:
@@ -184,7 +207,10 @@ class Group:
         return Joining(self._source, self._name, self._check_value(value))
 
     def _check_value(self, value: object) -> bytes:
-        room = max((self._source.backend.max_value_size - _RECORD_ROOM) * 3 // 4, 0)
+        # The record around it (who joins, when) as this client writes it, JSON escapes
+        # included, with room for the time's digits; the value goes in as base64.
+        record = len(waiter_value(self._source.identity, value="")) + _TIME_ROOM
+        room = max((self._source.backend.max_value_size - record) // 4 * 3, 0)
         return check_size(value, room, "a member's value")
 
     async def members(self) -> list[Member]:

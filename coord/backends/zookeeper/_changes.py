@@ -2,8 +2,9 @@
 every event, turned into PUT / DELETE changes by comparing successive listings.
 
 ZooKeeper keeps no history: a watch cannot start "at a revision" as on etcd. Instead
-the first listing compares the node's *pzxid* (the zxid of the last change to its
-children) with the revision the caller read at: if the children changed since, the
+the first listing compares the *pzxid* of the node and its shards (the zxid of the last
+change to their children; ``entries`` reads the same) with the revision the caller read
+at: if the children changed since, the
 changes cannot all be named (deleted children leave no trace), so the iteration raises
 :exc:`coord.ResyncNeeded` at once and the caller reads again. Between two listings the
 node's *cversion* (its count of child changes) says whether the difference of the two
@@ -124,8 +125,9 @@ class ChildChanges:
 
     async def _list(self) -> tuple[dict[str, set[str]], int | None, dict[str, int]]:
         """The children and cversion of the node and of each of its shards, by directory
-        ("" for the node), and the node's pzxid, re-arming the watches; ``({}, None, {})``
-        if the node does not exist, with a watch on its creation instead."""
+        ("" for the node), and the newest pzxid of them all, re-arming the watches;
+        ``({}, None, {})`` if the node does not exist, with a watch on its creation
+        instead."""
         conn, watches = self._conn, self._watches
         try:
             children, stat = await self._list_one(self._node)
@@ -140,6 +142,7 @@ class ChildChanges:
             return {}, None, {}
         listed = {"": set(children)}
         cversions = {"": int(stat.cversion)}
+        pzxid = int(stat.pzxid)
         for directory in sorted(c for c in children if shard_index(c) is not None):
             path = f"{self._node}/{directory}"
             if path not in self._listened:  # listen first (CURATOR-527)
@@ -151,7 +154,8 @@ class ChildChanges:
                 continue  # reaped in between
             listed[directory] = set(below)
             cversions[directory] = int(shard.cversion)
-        return listed, int(stat.pzxid), cversions
+            pzxid = max(pzxid, int(shard.pzxid))  # a change in a shard is the queue's
+        return listed, pzxid, cversions
 
     async def _list_one(self, path: str) -> tuple[list[str], Any]:
         watcher = self._watches.children_watcher

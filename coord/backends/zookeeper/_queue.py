@@ -179,7 +179,8 @@ class Queues:
             return None
 
     async def entries(self, prefix: str, limit: int | None) -> Listing:
-        """The waiter entries of *prefix*, oldest first; revision: the parent's pzxid.
+        """The waiter entries of *prefix*, oldest first; revision: the newest pzxid of the
+        parent and its shards (the last change to the queue's children).
 
         The listing and the reads are two round trips: an entry deleted in between is
         skipped and the next one read, and if every listed one went, the children are
@@ -199,9 +200,12 @@ class Queues:
             if shards:  # listed after the node: a node moved in between is in one of them
                 for listed in await self._list_many([f"{node}/{d}" for d in shards]):
                     children = children + (listed[0] if listed else [])
+                    # A change inside a shard moves the shard's pzxid, not the node's:
+                    # the revision is the newest of them (what a watch compares with).
+                    pzxid = max(pzxid, listed[1] if listed else 0)
             names = _unique([w.name for w in waiter_names(children)])
             if limit is None:
-                return Listing(tuple(await self._existing(prefix, node, names)), listing[1])
+                return Listing(tuple(await self._existing(prefix, node, names)), pzxid)
             entries = []
             missing = False
             while names and len(entries) < limit:

@@ -327,3 +327,38 @@ async def test_a_watch_of_the_queue_sees_waiters_in_shards(client: coord.Client)
         tg.start_soon(leave)
         with anyio.fail_after(5):
             await wait_for_no_waiters(client, "p")
+
+
+async def test_a_group_watch_sees_a_sharded_member_leave_and_ids_stay_put(
+    client: coord.Client, zookeeper_url: str
+) -> None:
+    """A change inside a shard moves the shard's pzxid, not the node's: a watch compared
+    only the node's with the listing's, so a member that left its shard between a read
+    and the next watch was never reported (found by review of group membership). And a
+    member's id does not change when its node moves into a shard."""
+    async with coord.connect(zookeeper_url, ttl=5) as joiner:
+        scopes: list[anyio.CancelScope] = []
+        memberships: list[coord.Membership] = []
+
+        async def member(i: int, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+            with anyio.CancelScope() as scope:
+                async with joiner.group("sg").join(b"%d" % i) as membership:
+                    scopes.append(scope)
+                    memberships.append(membership)
+                    task_status.started()
+                    await anyio.sleep_forever()
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                for i in range(AFTER + 3):
+                    await tg.start(member, i)
+                assert any(":" in m.key for m in memberships), "no node moved into a shard"
+                watch = client.group("sg").watch()
+                first = await anext(watch)
+                assert [m.id for m in first] == [m.id for m in memberships]
+                scopes[-1].cancel()  # leaves while the watcher is busy with the first list
+                while len(await client.group("sg").members()) != AFTER + 2:  # noqa: ASYNC110
+                    await anyio.sleep(0.02)
+                second = await anext(watch)
+                assert [m.id for m in second] == [m.id for m in memberships[:-1]]
+                tg.cancel_scope.cancel()
