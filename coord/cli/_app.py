@@ -11,6 +11,7 @@ import coord
 
 from .dev import dev
 from .elect import elect, leader
+from .group import group
 from .lock import lock
 from .queue import queue
 from .status import status
@@ -81,7 +82,7 @@ class _Lines(logging.Formatter):
         return f"{stamp} {record.name}: {message}"
 
 
-for _command in (dev, elect, leader, lock, queue, status):
+for _command in (dev, elect, group, leader, lock, queue, status):
     cli.add_command(_command)
 
 
