@@ -37,7 +37,7 @@ from ._exceptions import (
     SessionExpiredError,
 )
 from ._hold import Hold
-from ._keys import fence_of, waiter_id_of
+from ._keys import fence_of
 from ._locking import TaskLock
 from ._turns import Rule
 from ._waiters import parse_identity, waiter_value
@@ -98,18 +98,10 @@ class Member:
 
 
 def member_id(key: str) -> str:
-    """The id of the member whose entry key is *key*: the key's name and the waiter id
-    it joined with (``@w`` and hex digits, fresh per join), without what a store adds
-    (etcd's order number before it; ZooKeeper's sequence number after it, with the
-    creation zxid when a long group's node moved into a shard, which changes its key)."""
-    name, _, last = key.rpartition("/")
-    waiter = waiter_id_of(last)
-    end = len(waiter)
-    for mark in ("-", ":"):
-        at = waiter.find(mark)
-        if at >= 0:
-            end = min(end, at)
-    return f"{name}/{waiter[:end]}"
+    """The id of the member whose entry key is *key*: the group's name and the waiter id
+    it joined with (a store's additions around it, and the renaming of a long group's
+    entries, left out: see :func:`coord._keys.new_waiter_id_of`)."""
+    return key[: key.rindex("/") + 1] + _keys.new_waiter_id_of(key)
 
 
 class Membership(Hold):

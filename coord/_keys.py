@@ -118,6 +118,21 @@ def waiter_id_of(key: str) -> str:
     return split_order(key)[1]
 
 
+#: What a backend's suffix after a waiter id starts with (:meth:`coord.abc.Backend.
+#: register`); an id of :func:`new_waiter_id` contains neither.
+SUFFIX_MARKS = ("-", ":")
+
+
+def new_waiter_id_of(key: str) -> str:
+    """The id of :func:`new_waiter_id` that the waiter key *key* was registered with,
+    whatever the store added to it: the order number before it (:func:`waiter_id_of`
+    drops it) and the suffix after it (from the first of :data:`SUFFIX_MARKS`). The same
+    for the life of the entry on every store, also when a store renames the entry."""
+    waiter = waiter_id_of(key)
+    ends = [at for mark in SUFFIX_MARKS if (at := waiter.find(mark)) >= 0]
+    return waiter[: min(ends)] if ends else waiter
+
+
 def _is_waiter_segment(last: str) -> bool:
     # A bare mark is no waiter: it is the etcd backend's queue tail (see its _queue).
     return last.startswith(WAITER_MARK) and last != WAITER_MARK

@@ -309,7 +309,9 @@ class Backend(AsyncResource):
         never has two entries. A waiter id is fresh per acquire attempt; registering it
         again after its registration answered is a caller's error. The entry's key is
         ``prefix`` and then the waiter id, which a backend may precede with an order number
-        or follow with a suffix (:func:`coord._keys.waiter_id_of` reads it back). With
+        or follow with a suffix that starts with ``-`` or ``:``
+        (:func:`coord._keys.waiter_id_of` reads it back; a store may rename an entry
+        that way, never change its waiter id). With
         ``ahead=0`` nothing but my entry is read (no listing of the queue).
 
         :param ahead: how many of the nearest entries ahead to return (``None``: all)

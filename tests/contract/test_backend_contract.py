@@ -12,7 +12,7 @@ import anyio.lowlevel
 import pytest
 
 import coord
-from coord._keys import waiter_id_of
+from coord._keys import new_waiter_id, new_waiter_id_of, waiter_id_of
 from coord.abc import Backend, ChangeKind, Create, Lease, Position
 from coord.testing import compact, drop_key, expire_session
 
@@ -53,6 +53,20 @@ async def test_register_and_position(clients: list[coord.Client]) -> None:
     await drop_key(clients[0], second.entry.key)
     with pytest.raises(coord.EntryGoneError):
         await backend.position(second.entry)
+
+
+async def test_a_waiter_id_reads_back_from_its_key_whatever_the_store_adds(
+    clients: list[coord.Client],
+) -> None:
+    """A store may put an order number before a waiter id and a suffix after it (and
+    rename the entry: a long ZooKeeper queue's nodes move into shards), never change the
+    id: a group member's id is read back from its key this way, on every store."""
+    backend, lease, *_ = parts(clients)
+    ids = [new_waiter_id() for _ in range(3)]
+    registered = [(await backend.register("c/ids/", i, lease)).entry for i in ids]
+    assert [new_waiter_id_of(e.key) for e in registered] == ids
+    listed = (await backend.entries("c/ids/")).entries
+    assert [new_waiter_id_of(e.key) for e in listed] == ids
 
 
 @pytest.mark.parametrize("checkpoints", [0, 1, 2, 3, 5, 8])
