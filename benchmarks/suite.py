@@ -388,9 +388,7 @@ async def measure(
             )
             print(" | ".join(rows[-1].cells()), flush=True)
     mine, ratio = await uncontended_ratio(url, host, int(port), zk)
-    rows.append(
-        Row(store, f"uncontended coord / two raw round trips = {ratio:.2f}", 1, 1 / mine)
-    )
+    rows.append(Row(store, f"uncontended coord / two raw round trips = {ratio:.2f}", 1, 1 / mine))
     return rows
 
 

@@ -30,6 +30,7 @@ from ._exceptions import NoLeaderError as NoLeaderError
 from ._exceptions import NotLeaderError as NotLeaderError
 from ._exceptions import NotOwnerError as NotOwnerError
 from ._exceptions import OutcomeUnknown as OutcomeUnknown
+from ._exceptions import PartitionLost as PartitionLost
 from ._exceptions import ResyncNeeded as ResyncNeeded
 from ._exceptions import SessionExpiredError as SessionExpiredError
 from ._fencing import fenced_put as fenced_put
@@ -46,6 +47,11 @@ from ._jobs import JobRef as JobRef
 from ._leader import Leader as Leader
 from ._mutex import Mutex as Mutex
 from ._mutex import MutexStatistics as MutexStatistics
+from ._owner import Assignment as Assignment
+from ._owner import Owner as Owner
+from ._owner import PartitionHold as PartitionHold
+from ._partitioner import Owning as Owning
+from ._partitioner import Partitioner as Partitioner
 from ._queue import Claiming as Claiming
 from ._queue import KeyStats as KeyStats
 from ._queue import Queue as Queue
@@ -58,6 +64,7 @@ from ._stats import Histogram as Histogram
 from ._waiters import Waiter as Waiter
 
 __all__ = [
+    "Assignment",
     "BackendError",
     "BackendUnavailable",
     "Campaign",
@@ -92,6 +99,11 @@ __all__ = [
     "NotLeaderError",
     "NotOwnerError",
     "OutcomeUnknown",
+    "Owner",
+    "Owning",
+    "PartitionHold",
+    "PartitionLost",
+    "Partitioner",
     "Queue",
     "QueueStats",
     "RWLock",

@@ -18,6 +18,7 @@ from ._group import Group
 from ._keeper import SessionKeeper, SessionStatistics
 from ._mutex import Mutex
 from ._nosession import NoSessions
+from ._partitioner import Partitioner
 from ._queue import Exhausted, Queue
 from ._rwlock import RWLock
 from ._semaphore import Semaphore
@@ -213,6 +214,16 @@ class Client(AsyncResource):
         :raises ConfigurationError: if *name* is not a valid name
         """
         return Group(self._source, name)
+
+    def partitioner(self, name: str, *, partitions: int) -> Partitioner:
+        """A :class:`coord.Partitioner` called *name*: *partitions* partitions shared out
+        among the members that join it, each owned by one at a time, fenced. Not a
+        checkpoint.
+
+        :raises ConfigurationError: for a bad name, or a count not from 1 to 10,000
+        :raises TypeError: if *partitions* is not an int
+        """
+        return Partitioner(self._source, name, partitions)
 
     def queue(
         self,

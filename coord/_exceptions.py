@@ -11,6 +11,8 @@
     ├── SessionExpiredError   + anyio.BrokenResourceError
     │   └── LockLost                         a held lock was lost (``async with`` body cancelled)
     │       ├── LeadershipLost
+    │       ├── MembershipLost               a group membership was lost
+    │       ├── PartitionLost                a partition went while worked on
     │       └── ClaimLost                    a worker's claim on a queued job was lost
     ├── LockedError                          ``try_acquire`` found the lock taken (etcd ErrLocked)
     ├── NotOwnerError         + RuntimeError release of a lock this task does not hold
@@ -41,10 +43,12 @@ __all__ = [
     "LeadershipLost",
     "LockLost",
     "LockedError",
+    "MembershipLost",
     "NoLeaderError",
     "NotLeaderError",
     "NotOwnerError",
     "OutcomeUnknown",
+    "PartitionLost",
     "ResyncNeeded",
     "SessionExpiredError",
 ]
@@ -104,6 +108,12 @@ class LeadershipLost(LockLost):
 class MembershipLost(LockLost):
     """A group membership was lost while the member was still in its block (its session
     was lost, or its entry deleted by someone else)."""
+
+
+class PartitionLost(LockLost):
+    """A partition went while work on it was under way (``async with owner.partition(p)``):
+    taken away by a new assignment, or lost with the session. Its block was cancelled;
+    another member may own it now, so writes made for it must carry its fence."""
 
 
 class ClaimLost(LockLost):

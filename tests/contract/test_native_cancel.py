@@ -363,3 +363,35 @@ async def test_a_join_cancelled_natively_at_any_point_leaves_no_member(
     with anyio.fail_after(10):
         while await b.group("native-join").members():  # noqa: ASYNC110  (deleted by a task)
             await asyncio.sleep(0.02)
+
+
+@pytest.mark.parametrize("steps", [0, 1, 3, 20, 200])
+async def test_a_partitioner_member_cancelled_natively_leaves_nothing(
+    clients: list[coord.Client], steps: int
+) -> None:
+    """``task.cancel()`` after *steps* turns of the loop: while joining, while its
+    partitions are acquired, while owning, or while leaving. Its member entry, its
+    record and its partitions' keys all go, and another member then owns everything."""
+    a, b, _, _ = clients
+
+    async def member() -> None:
+        async with a.partitioner("native-parts", partitions=4).join():
+            await asyncio.sleep(3600)
+
+    for _ in range(3):
+        task = asyncio.create_task(member())
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    with anyio.fail_after(10):
+        names = ["native-parts", "native-parts/assignment"] + [
+            f"native-parts/partitions/{p}" for p in range(4)
+        ]
+        while any([(await b.backend.entries(n + "/")).entries for n in names]):  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+        async with b.partitioner("native-parts", partitions=4).join() as owner:
+            async for assignment in owner.assignments():
+                if assignment.owned == {0, 1, 2, 3}:
+                    break

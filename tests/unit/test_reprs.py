@@ -79,6 +79,20 @@ async def test_every_public_class_has_an_informative_repr() -> None:
             check(member, "Member(", "node-1", "repr-test")
         check(membership, "left")
 
+        partitioner = client.partitioner("shares", partitions=2)
+        check(partitioner, "<coord.Partitioner 'shares'", "partitions=2")
+        owning = partitioner.join()
+        check(owning, "<coord.Owning 'shares'")
+        async with owning as owner:
+            with anyio.fail_after(5):
+                async for assignment in owner.assignments():
+                    if assignment.owned == {0, 1}:
+                        break
+            check(owner, "<coord.Owner 'shares'", "owned=[0, 1]")
+            check(assignment, "Assignment(", "owned=")
+            async with owner.partition(1) as part:
+                check(part, "<coord.PartitionHold 'shares/partitions/1'", "owned")
+
         queue = client.queue("emails")
         check(queue, "<coord.Queue 'emails'")
         ref = await queue.put(b"hi", key="customer-7")

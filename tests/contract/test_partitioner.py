@@ -1,0 +1,291 @@
+"""Partition ownership, on every backend (issue 19, item 2): every partition owned by one
+member, balanced and sticky across joins and leaves, with a fence per partition that
+increases from owner to owner; a partition taken away is released only after the work on
+it ended; a lost session cancels the work and its partitions are owned again; run()
+rejoins on a new session; bad input refused at the call; nothing left in the store."""
+
+from __future__ import annotations
+
+from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING
+
+import anyio
+import pytest
+
+import coord
+from coord.testing import expire_session
+
+from ._recorder import Recorder
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+pytestmark = pytest.mark.anyio
+
+P = 8
+
+
+async def keys(client: coord.Client, name: str) -> list[str]:
+    """Every waiter entry under *name*: members, the record, the partitions' locks."""
+    names = await client.backend.names(name)
+    return [e.key for n in names for e in (await client.backend.entries(n + "/")).entries]
+
+
+async def settled(owners: Sequence[coord.Owner], partitions: int = P) -> list[frozenset[int]]:
+    """Wait until *owners* own every partition between them, each once, balanced; return
+    what each owns."""
+    with anyio.fail_after(20):
+        while True:
+            owned = [owner.assignment.owned for owner in owners]
+            every = [p for mine in owned for p in mine]
+            share = partitions // len(owners)
+            if sorted(every) == list(range(partitions)) and all(
+                share <= len(mine) <= share + 1 for mine in owned
+            ):
+                return owned
+            await anyio.sleep(0.02)
+
+
+class Members:
+    """Members joined in tasks of their own (a join is entered and left by one task)."""
+
+    def __init__(self, tg: anyio.abc.TaskGroup, name: str = "parts") -> None:
+        self._tg = tg
+        self._name = name
+        self.owners: dict[str, coord.Owner] = {}
+        self._leave: dict[str, anyio.Event] = {}
+        self.errors: list[BaseException] = []
+
+    async def join(self, tag: str, client: coord.Client, partitions: int = P) -> coord.Owner:
+        joined, leave = anyio.Event(), anyio.Event()
+        self._leave[tag] = leave
+
+        async def member() -> None:
+            try:
+                async with client.partitioner(self._name, partitions=partitions).join() as owner:
+                    self.owners[tag] = owner
+                    joined.set()
+                    await leave.wait()
+            except coord.CoordError as exc:
+                self.errors.append(exc)
+                joined.set()
+            finally:
+                self.owners.pop(tag, None)
+
+        self._tg.start_soon(member)
+        await joined.wait()
+        return self.owners[tag]
+
+    def leave(self, tag: str) -> None:
+        self._leave[tag].set()
+
+
+async def test_one_member_owns_every_partition_each_with_its_fence(
+    clients: list[coord.Client],
+) -> None:
+    a = clients[0]
+    partitioner = a.partitioner("solo", partitions=P)
+    with anyio.fail_after(20):
+        async with partitioner.join(b"me") as owner:
+            [owned] = await settled([owner])
+            assignment = owner.assignment
+            assert owned == frozenset(range(P)) == assignment.assigned
+            assert assignment.generation > 0
+            assert len(set(assignment.fences.values())) == P
+            for p in range(P):
+                async with owner.partition(p) as hold:
+                    assert isinstance(hold, coord.PartitionHold)
+                    assert hold.partition == p
+                    assert hold.fence == assignment.fence(p)
+                    assert not hold.lost
+            members = await partitioner.members()
+            assert [m.id for m in members] == [owner.id]
+            assert members[0].value == b"me"
+            stored = await clients[1].partitioner("solo", partitions=P).assignment()
+            assert stored == dict.fromkeys(range(P), owner.id)
+    with anyio.fail_after(10):
+        while await keys(clients[1], "solo"):  # noqa: ASYNC110  (the session's task deletes)
+            await anyio.sleep(0.05)
+
+
+async def test_joins_and_leaves_move_only_what_the_balance_needs(
+    clients: list[coord.Client],
+) -> None:
+    a, b, c, _ = clients
+    async with anyio.create_task_group() as tg:
+        members = Members(tg)
+        first = await members.join("a", a)
+        [before] = await settled([first])
+        second = await members.join("b", b)
+        after = await settled([first, second])
+        assert after[0] <= before, "a join takes from the others, gives nothing to them"
+        assert len(after[1]) == P // 2
+        third = await members.join("c", c)
+        owned = await settled([first, second, third])
+        moved = sum(len(was - now) for was, now in zip(after, owned[:2], strict=True))
+        assert moved == len(owned[2]) == P // 3, "only the newcomer's share moves"
+        members.leave("b")
+        left = await settled([first, third])
+        assert owned[0] <= left[0]
+        assert owned[2] <= left[1], "a leave moves only the leaver's partitions"
+        fences = {p: first.assignment.fences.get(p) or third.assignment.fence(p) for p in range(P)}
+        members.leave("a")  # the coordinator: the next in line takes over
+        [final] = await settled([third])
+        assert final == frozenset(range(P))
+        for p in range(P):
+            assert third.assignment.fence(p) >= fences[p]
+            if p not in left[1]:
+                assert third.assignment.fence(p) > fences[p], "a new owner, a higher fence"
+        members.leave("c")
+    assert not members.errors
+
+
+async def test_a_partition_moves_only_after_the_work_on_it_ended(
+    clients: list[coord.Client],
+) -> None:
+    a, b, _, _ = clients
+    events: Recorder[tuple[str, int]] = Recorder()
+    stopped: list[BaseException] = []
+
+    async def work(owner: coord.Owner, p: int) -> None:
+        try:
+            async with owner.partition(p) as hold:
+                events.append(("started", hold.fence))
+                try:
+                    await anyio.sleep_forever()
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await anyio.sleep(0.3)  # a slow stop: the next owner waits for it
+                        events.append(("stopped", hold.fence))
+        except coord.PartitionLost as exc:
+            stopped.append(exc)
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            members = Members(tg, "moves")
+            first = await members.join("a", a)
+            await settled([first])
+            for p in range(P):
+                tg.start_soon(work, first, p)
+            await events.wait_for(lambda items: len(items) == P)
+            second = await members.join("b", b)
+            _, theirs = await settled([first, second])
+            for p in theirs:
+                tg.start_soon(work, second, p)
+            await events.wait_for(lambda items: len(items) == P + 2 * len(theirs))
+            moves, moved = events.items[P:], list(stopped)
+            members.leave("a")
+            members.leave("b")
+    assert len(moved) == len(theirs)
+    assert all(isinstance(exc, coord.LockLost) for exc in moved)
+    assert all("moved to another member" in str(exc) for exc in moved)
+    # Each moved partition: the first owner stopped before the second started, and the
+    # second owner's fence is higher.
+    assert [kind for kind, _ in moves] == ["stopped"] * len(theirs) + ["started"] * len(theirs)
+    old = sorted(fence for kind, fence in moves if kind == "stopped")
+    new = sorted(fence for kind, fence in moves if kind == "started")
+    assert min(new) > max(old)
+
+
+async def test_a_lost_session_cancels_the_work_and_others_own_its_partitions(
+    clients: list[coord.Client],
+) -> None:
+    a, b, _, _ = clients
+    lost: list[BaseException] = []
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            members = Members(tg, "loss")
+            survivor = await members.join("b", b)
+            await settled([survivor])
+            try:
+                async with a.partitioner("loss", partitions=P).join() as owner:
+                    mine, _ = await settled([owner, survivor])
+                    p = min(mine)
+                    try:
+                        async with owner.partition(p) as hold:
+                            await expire_session(a)
+                            await anyio.sleep_forever()
+                    except coord.PartitionLost as exc:
+                        lost.append(exc)
+                        assert hold.lost
+                        raise
+            except coord.LockLost as exc:
+                lost.append(exc)
+            [everything] = await settled([survivor])
+            assert everything == frozenset(range(P))
+            assert survivor.assignment.fence(p) > hold.fence
+            members.leave("b")
+    assert [type(exc) for exc in lost][-1] in (coord.MembershipLost, coord.PartitionLost)
+    assert any(isinstance(exc, coord.PartitionLost) for exc in lost)
+
+
+async def test_run_works_every_owned_partition_and_rejoins_after_a_loss(
+    clients: list[coord.Client],
+) -> None:
+    a, b, _, _ = clients
+    holds: Recorder[coord.PartitionHold] = Recorder()
+
+    async def work(hold: coord.PartitionHold) -> None:
+        holds.append(hold)
+
+    with anyio.fail_after(40):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: a.partitioner("run", partitions=P).run(work, cooldown=0.05))
+            await holds.wait_for(lambda items: {h.partition for h in items} == set(range(P)))
+            first_session = a.session
+            await expire_session(a)
+            await holds.wait_for(
+                lambda items: (
+                    {h.partition for h in items if h.session is not first_session} == set(range(P))
+                )
+            )
+            tg.cancel_scope.cancel()
+    with anyio.fail_after(10):
+        while await keys(b, "run"):  # noqa: ASYNC110  (the session's task deletes)
+            await anyio.sleep(0.05)
+
+
+async def test_bad_input_is_refused_at_the_call(clients: list[coord.Client]) -> None:
+    a = clients[0]
+    for count in (0, -1, 10_001):
+        with pytest.raises(coord.ConfigurationError):
+            a.partitioner("bad", partitions=count)
+    for wrong in ("8", 8.0, True):
+        with pytest.raises(TypeError):
+            a.partitioner("bad", partitions=wrong)  # type: ignore[arg-type]
+    partitioner = a.partitioner("bad", partitions=P)
+    with pytest.raises(TypeError):
+        partitioner.partition_of(8)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        partitioner.join("text")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        await partitioner.run(None)  # type: ignore[arg-type]
+    assert partitioner.partition_of("k") == partitioner.partition_of(b"k")
+    async with partitioner.join() as owner:
+        await settled([owner])
+        with pytest.raises(coord.PartitionLost):
+            async with owner.partition(P):
+                pass  # pragma: no cover
+        with pytest.raises(coord.ConfigurationError, match="every member must use the same"):
+            async with clients[1].partitioner("bad", partitions=P + 1).join():
+                await anyio.sleep_forever()
+    with anyio.move_on_after(10):
+        while await keys(a, "bad"):  # noqa: ASYNC110  (the session's task deletes)
+            await anyio.sleep(0.05)
+    assert await keys(a, "bad") == []
+
+
+async def test_a_cancelled_join_or_owner_leaves_nothing(clients: list[coord.Client]) -> None:
+    a, b, _, _ = clients
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        async with a.partitioner("gone", partitions=P).join():
+            pytest.fail("joined in a cancelled scope")  # pragma: no cover
+    with anyio.move_on_after(0.5):
+        async with AsyncExitStack() as stack:
+            owner = await stack.enter_async_context(a.partitioner("gone", partitions=P).join())
+            await settled([owner])
+            await anyio.sleep_forever()
+    with anyio.fail_after(10):
+        while await keys(b, "gone"):  # noqa: ASYNC110  (the session's task deletes)
+            await anyio.sleep(0.05)
