@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from ._session import SessionSource
     from .abc import Backend, Entry, Listing, Op
 
-__all__ = ["Owning", "Partitioner"]
+__all__ = ["Owning", "Partitioner", "newest_record"]
 
 _log = logging.getLogger("coord")
 
@@ -165,7 +165,7 @@ class Partitioner:
         :raises BackendUnavailable: if the store cannot be reached
         """
         listing = await self._source.read(lambda b: b.entries(_records_of(self._name)))
-        record = _newest(listing)
+        record = newest_record(listing)
         prefix = _keys.prefix_of(self._name)
         return {p: prefix + owner for p, owner in record.owners.items()} if record else {}
 
@@ -228,7 +228,7 @@ def _records_of(name: str) -> str:
     return _keys.prefix_of(f"{name}/assignment")
 
 
-def _newest(listing: Listing) -> Record | None:
+def newest_record(listing: Listing) -> Record | None:
     """The newest record of *listing* that reads as one (None if there is none)."""
     for entry in reversed(listing.entries):
         try:
@@ -337,7 +337,7 @@ class Owning:
                 continue
             attempt = 0
             seen = (listing.entries[-1] if listing.entries else None, listing.revision)
-            record = _newest(listing)
+            record = newest_record(listing)
             current = self._owner.record
             if record is None or (current is not None and record.generation <= current.generation):
                 continue  # none (its coordinator left: no news), or no newer
@@ -383,7 +383,7 @@ class Owning:
         """Store the assignment for *members* if it differs from the stored one. False if
         the write's guards failed (my membership, or the records, changed)."""
         ids = [_keys.new_waiter_id_of(entry.key) for entry in members.entries]
-        stored = _newest(records)
+        stored = newest_record(records)
         previous = stored or self._owner.record  # none stored: its coordinator died
         if previous is not None and previous.partitions != self._partitioner.partitions:
             self._fail(_mismatch(self._partitioner, previous))

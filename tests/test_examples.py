@@ -60,6 +60,20 @@ def test_leader_example_takes_over_after_sigkill_on_zookeeper(zookeeper_url: str
 
 
 @pytest.mark.etcd
+def test_partitions_example_rebalances_after_sigkill_on_etcd(etcd_url: str) -> None:
+    out = run_example("partitions.py", etcd_url)
+    assert "-- SIGKILL worker-" in out
+    assert "4 partitions moved" in out
+    assert "the dead worker's 4" in out
+
+
+@pytest.mark.zookeeper
+def test_partitions_example_rebalances_after_sigkill_on_zookeeper(zookeeper_url: str) -> None:
+    out = run_example("partitions.py", zookeeper_url)
+    assert "4 partitions moved" in out
+
+
+@pytest.mark.etcd
 def test_dispatch_example_keeps_per_key_order_on_etcd(etcd_url: str) -> None:
     # 8 workers in 3 processes: per-customer order and one job of a customer at a time.
     out = run_example("dispatch.py", etcd_url)

@@ -3,16 +3,21 @@ the store, as plain data (the ``--json`` schema, version 1).
 
 The kind of a name is read from its entries, since the store records no type: readers'
 keys (``@r``) make a read-write lock, a recorded ``limit`` a semaphore, a recorded
-identity a mutex, anything else an election (a candidate's value is what it campaigned
-with), and the ``_jobs``/``_claims``/``_dead``/``_turn``/``_ids`` names of one parent a queue.
+identity a mutex (or, with a joined ``value``, a group), anything else an election (a
+candidate's value is what it campaigned with), the ``_jobs``/``_claims``/``_dead``/``_turn``/
+``_ids`` names of one parent a queue, and the ``assignment`` and ``partitions/<p>`` names
+of one parent a partitioner (its members are the parent's entries).
 """
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from coord import _jobs
+from coord._group import Member
 from coord._keys import WAITER_MARK, fence_of, waiter_id_of
+from coord._partitioner import newest_record
 from coord._waiters import parse_identity
 
 from ._common import identity_in
@@ -27,6 +32,7 @@ __all__ = ["SCHEMA_VERSION", "Snapshot", "read"]
 
 SCHEMA_VERSION = 1
 _QUEUE_PARTS = ("_jobs", "_claims", "_dead", "_turn", "_ids")
+_PARTITIONER_PART = re.compile(r"(?P<parent>.+)/(assignment|partitions/(?P<p>[0-9]+))\Z")
 
 
 class Snapshot:
@@ -50,13 +56,18 @@ async def read(client: coord.Client, prefix: str) -> Snapshot:
     queues = sorted(
         {n.rpartition("/")[0] for n in snapshot.names if n.rpartition("/")[2] in _QUEUE_PARTS}
     )
+    parts = {n: m for n in snapshot.names if (m := _PARTITIONER_PART.match(n))}
+    partitioners = sorted({m["parent"] for m in parts.values()})
     for name in snapshot.names:
         parent, _, last = name.rpartition("/")
-        if parent in queues and last in _QUEUE_PARTS:
+        if (parent in queues and last in _QUEUE_PARTS) or name in parts or name in partitioners:
             continue
         snapshot.objects.append(await _lock(client, name, snapshot.revisions))
     for name in queues:
         snapshot.objects.append(await _queue(client, name, snapshot.revisions))
+    for name in partitioners:
+        held = sorted(int(m["p"]) for m in parts.values() if m["parent"] == name and m["p"])
+        snapshot.objects.append(await _partitioner(client, name, held, snapshot.revisions))
     snapshot.objects.sort(key=lambda o: str(o["name"]))
     return snapshot
 
@@ -66,6 +77,7 @@ async def _lock(client: coord.Client, name: str, revisions: dict[str, int]) -> d
     revisions[name + "/"] = listing.revision
     kind, limit, lock = _kind_of(client, name, listing.entries)
     values = {e.key: e.value for e in listing.entries}
+    members = {e.key: Member._of(e) for e in listing.entries}
     entries = []
     for waiter in await lock.waiters():
         record: dict[str, Any] = {
@@ -80,6 +92,9 @@ async def _lock(client: coord.Client, name: str, revisions: dict[str, int]) -> d
             record["mode"] = "read" if reader else "write"
         if kind == "election":
             record["value"] = values.get(waiter.key, b"").decode(errors="replace")
+        if kind == "group":  # every member is in; its value is what it joined with
+            record["holding"] = True
+            record["value"] = members[waiter.key].value.decode(errors="replace")
         entries.append(record)
     found: dict[str, Any] = {"name": name, "kind": kind, "entries": entries}
     if limit is not None:
@@ -99,6 +114,8 @@ def _kind_of(
     if limits:
         return "semaphore", max(limits), client.semaphore(name, max(limits))
     mutex = who and all("pid" in w and w.get("role") != CANDIDATE for w in who)
+    if mutex and all("value" in w for w in who):
+        return "group", None, client.mutex(name)
     kind = "mutex" if mutex else "election"
     return kind, None, client.mutex(name)
 
@@ -128,3 +145,47 @@ def _claim(entry: Entry) -> dict[str, Any]:
     who = parse_identity(entry.value)
     job = who.pop("job", None) or _jobs.id_of(entry.key)
     return {"job": job, "fence": fence_of(entry.revision), "identity": identity_in(who)}
+
+
+async def _partitioner(
+    client: coord.Client, name: str, held: list[int], revisions: dict[str, int]
+) -> dict[str, Any]:
+    """A partitioner: its members, its stored assignment, and each held partition's owner
+    (the head of its lock's queue) with the partition's fence."""
+    backend = client.backend
+    members = await backend.entries(name + "/")
+    revisions[name + "/"] = members.revision
+    records = await backend.entries(name + "/assignment/")
+    revisions[name + "/assignment/"] = records.revision
+    record = newest_record(records)
+    owners: list[dict[str, Any]] = []
+    for partition in held:
+        prefix = f"{name}/partitions/{partition}/"
+        head = await backend.entries(prefix, limit=1)
+        revisions[prefix] = head.revision
+        owners.extend(
+            {
+                "partition": partition,
+                "fence": fence_of(entry.revision),
+                "identity": identity_in(parse_identity(entry.value)),
+            }
+            for entry in head.entries
+        )
+    return {
+        "name": name,
+        "kind": "partitioner",
+        "partitions": record.partitions if record else None,
+        "generation": record.generation if record else None,
+        "members": [_member(Member._of(entry)) for entry in members.entries],
+        "owners": owners,
+    }
+
+
+def _member(member: Member) -> dict[str, Any]:
+    return {
+        "id": member.id,
+        "fence": member.fence,
+        "identity": identity_in(member.identity),
+        "value": member.value.decode(errors="replace"),
+        "since": member.since,
+    }

@@ -34,7 +34,8 @@ RESCAN = 2.0
 @click.option("--watch", is_flag=True, help="Show it again at every change, until Ctrl-C.")
 @read_options
 def status(store: Store, prefix: str, as_json: bool, watch: bool) -> None:
-    """List the mutexes, semaphores, read-write locks, elections and queues at or under
+    """List the mutexes, semaphores, read-write locks, elections, groups, queues and
+    partitioners at or under
     PREFIX (default: everything), with who holds and who waits, in order: fence and
     identity (host, pid, --identity) of each, and how long ago it registered (for a
     waiter, how long it has waited; for a holder, its wait and its hold so far: the
@@ -51,8 +52,14 @@ def status(store: Store, prefix: str, as_json: bool, watch: bool) -> None:
         "since": Unix time of the registration, or null},
         plus "mode" ("read"/"write") in an rwlock, "value" (text) in an election;
         a semaphore also has "limit";
+      group: "entries" as above (every one "holding"), with "value" (text): the
+        members in join order;
       queue: "depth", "in_flight", "parked", "dead", "idle_workers", and "claims":
-        [{"job", "fence", "identity"}].
+        [{"job", "fence", "identity"}];
+      partitioner: "partitions" and "generation" (of the stored assignment, or
+        null), "members": [{"id", "fence", "identity", "value", "since"}] in join
+        order, and "owners": [{"partition", "fence", "identity"}], the holder of
+        each partition's lock, by partition.
     """
     run(lambda _: _status(store, prefix, as_json=as_json, watch=watch))
 
@@ -103,6 +110,9 @@ def _lines(snapshot: _snapshot.Snapshot) -> Iterator[str]:
             for claim in obj["claims"]:
                 yield f"  claims  fence {claim['fence']}  job {claim['job']}  {_who(claim)}"
             continue
+        if obj["kind"] == "partitioner":
+            yield from _partitioner_lines(obj)
+            continue
         limit = f" (limit {obj['limit']})" if "limit" in obj else ""
         yield f"{obj['kind']} {obj['name']}{limit}"
         for entry in obj["entries"]:
@@ -111,7 +121,19 @@ def _lines(snapshot: _snapshot.Snapshot) -> Iterator[str]:
             yield f"  {_state(obj, entry):<6}  fence {entry['fence']}  {_who(entry)}{age}"
 
 
+def _partitioner_lines(obj: dict[str, Any]) -> Iterator[str]:
+    size = f"{obj['partitions']} partitions" if obj["partitions"] else "no assignment"
+    owned = count(len(obj["owners"]), "owned partition")
+    yield f"partitioner {obj['name']} ({size}, {count(len(obj['members']), 'member')}, {owned})"
+    for member in obj["members"]:
+        yield f"  member  fence {member['fence']}  {_who(member)}  {member['value']!r}"
+    for owner in obj["owners"]:
+        yield f"  owns {owner['partition']:<4}  fence {owner['fence']}  {_who(owner)}"
+
+
 def _state(obj: dict[str, Any], entry: dict[str, Any]) -> str:
+    if obj["kind"] == "group":
+        return "member"
     if obj["kind"] == "election":
         return "leads" if entry["holding"] else "waits"
     mode = f"/{entry['mode'][0]}" if "mode" in entry else ""
@@ -154,6 +176,13 @@ def _table(snapshot: _snapshot.Snapshot) -> Table:
                 table.add_row(
                     "", "", f"claims {claim['job'][:8]}", str(claim["fence"]), _who(claim), ""
                 )
+            continue
+        if obj["kind"] == "partitioner":
+            rows = [("member", m) for m in obj["members"]]
+            rows += [(f"owns {o['partition']}", o) for o in obj["owners"]]
+            for i, (state, entry) in enumerate(rows or [("no members", {})]):
+                name, kind = (obj["name"], "partitioner") if i == 0 else ("", "")
+                table.add_row(name, kind, state, str(entry.get("fence", "")), _who(entry), "")
             continue
         for i, entry in enumerate(obj["entries"]):
             style = "bold green" if entry["holding"] else "yellow"

@@ -114,3 +114,34 @@ async def test_watch_shows_each_change(etcd_url: str) -> None:
     assert "nothing in the store" in blocks[0]
     assert any("mutex job" in block for block in blocks)
     assert "nothing in the store" in blocks[-1]
+
+
+@pytest.mark.timeout(30)
+async def test_status_shows_groups_and_partitioners(etcd_url: str) -> None:
+    me = {"host": os.uname().nodename, "pid": os.getpid(), "name": "tester"}
+    async with coord.connect(etcd_url, identity="tester") as client:
+        async with (
+            client.group("pool").join(b"10.0.0.7"),
+            client.partitioner("orders", partitions=3).join(b"w1") as owner,
+        ):
+            with anyio.fail_after(10):
+                async for assignment in owner.assignments():
+                    if len(assignment.owned) == 3:
+                        break
+            text = await status(etcd_url)
+            found = json.loads(await status(etcd_url, "--json"))
+    orders, pool = found["objects"]  # sorted by name; nothing of the partitioner's parts
+    assert (pool["kind"], [e["value"] for e in pool["entries"]]) == ("group", ["10.0.0.7"])
+    assert [e["holding"] for e in pool["entries"]] == [True]
+    assert (orders["kind"], orders["partitions"]) == ("partitioner", 3)
+    assert orders["generation"] == assignment.generation
+    assert [(m["id"], m["value"], m["identity"]) for m in orders["members"]] == [
+        (owner.id, "w1", me)
+    ]
+    assert orders["owners"] == [
+        {"partition": p, "fence": assignment.fence(p), "identity": me} for p in range(3)
+    ]
+    assert "group pool" in text
+    assert "  member  fence" in text
+    assert "partitioner orders (3 partitions, 1 member, 3 owned partitions)" in text
+    assert f"  owns 2     fence {assignment.fence(2)}  pid {me['pid']}" in text
