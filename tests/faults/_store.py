@@ -19,6 +19,10 @@ One request per line, one reply per line::
     ACKED <proc> <task> <fence> <seq> <id> -> OK   (queue: its ack was accepted)
     PUT   <proc> <task> 0 <seq> <id>       -> OK   (queue: a put returned)
     ACKS  <proc> <task> 0           -> <number of ACKED so far>
+    OWN    <proc> <partition> <fence>        -> OK   (partitioner: entered owner.partition(p))
+    PWRITE <proc> <partition> <fence>        -> OK | REJECTED  (fenced per partition)
+    DROP   <proc> <partition> <fence> <why>  -> OK   (leaving owner.partition(p): "lost"
+                                                     or "ended", still inside it)
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ class FencedStore:
 
     counter: int = 0
     highest_fence: int = 0
+    partition_fences: dict[str, int] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     port: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -124,6 +129,15 @@ class FencedStore:
             if kind == "READ":
                 self.events.append(Event(now, kind, proc, task, fence, self.counter))
                 return str(self.counter)
+            if kind == "PWRITE":  # fenced per partition (the task field)
+                accepted = fence >= self.partition_fences.get(task, 0)
+                if accepted:
+                    self.partition_fences[task] = fence
+                self.events.append(Event(now, kind, proc, task, fence, 0, accepted))
+                return "OK" if accepted else "REJECTED"
+            if kind == "DROP":
+                self.events.append(Event(now, kind, proc, task, fence, detail=rest[2]))
+                return "OK"
             if kind == "WRITE":
                 value = int(rest[2])
                 accepted = fence >= self.highest_fence
