@@ -43,7 +43,7 @@ DOCS = ROOT / "docs"
 PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
 
 #: The python fragments (``<!-- no-run -->``) the docs have on purpose, per page.
-FRAGMENTS = {"README.md": 7, "kafka.md": 1}
+FRAGMENTS = {"README.md": 7, "kafka.md": 1, "partitions.md": 1}
 #: The other blocks that are not run (``<!-- no-run: why -->``), per page.
 NOT_RUN = {"README.md": 1, "index.md": 2, "fencing.md": 1}
 

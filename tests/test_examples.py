@@ -98,3 +98,13 @@ def test_kafka_dispatch_example(etcd_server: object, kafka_broker: object) -> No
     del etcd_server, kafka_broker
     out = run_example("kafka_dispatch.py")
     assert "12 records, per-key order kept, 2 leaders' fences" in out
+
+
+@pytest.mark.etcd
+@pytest.mark.kafka
+def test_partition_dispatch_example(etcd_server: object, kafka_broker: object) -> None:
+    # It starts its own etcd and broker (the fixtures only apply the skip/fail policy).
+    del etcd_server, kafka_broker
+    out = run_example("partition_dispatch.py")
+    assert "each exactly once, per-customer order kept" in out
+    assert "moved: " in out
