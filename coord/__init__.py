@@ -49,6 +49,7 @@ from ._mutex import Mutex as Mutex
 from ._mutex import MutexStatistics as MutexStatistics
 from ._owner import Assignment as Assignment
 from ._owner import Owner as Owner
+from ._owner import OwnerStatistics as OwnerStatistics
 from ._owner import PartitionHold as PartitionHold
 from ._partitioner import Owning as Owning
 from ._partitioner import Partitioner as Partitioner
@@ -100,6 +101,7 @@ __all__ = [
     "NotOwnerError",
     "OutcomeUnknown",
     "Owner",
+    "OwnerStatistics",
     "Owning",
     "PartitionHold",
     "PartitionLost",

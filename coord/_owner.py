@@ -1,6 +1,6 @@
 """Owner: one member's share of a partitioner's partitions, and the work done under them.
 
-Every partition is a lock (``<name>/partitions/<p>``, :class:`PartitionLock`): its owner
+Every partition is a lock (``<name>/_partitions/<p>``, :class:`PartitionLock`): its owner
 is the holder, so that at most one member owns a partition whatever the members believe,
 a partition is taken only once its previous owner released it or lost its session, and
 its fence is the lock's (strictly increasing from owner to owner). The assignment only
@@ -40,9 +40,14 @@ if TYPE_CHECKING:
     from ._group import Membership
     from ._session import SessionSource
 
-__all__ = ["Assignment", "Owner", "PartitionHold", "PartitionLock"]
+__all__ = ["Assignment", "Owner", "OwnerStatistics", "PartitionHold", "PartitionLock"]
 
 _log = logging.getLogger("coord")
+
+
+def lock_name(name: str, partition: int) -> str:
+    """The name of the lock of *partition* of the partitioner *name*."""
+    return f"{name}/_partitions/{partition}"
 
 
 class PartitionHold(Hold):
@@ -97,6 +102,29 @@ class Assignment:
         return self.fences[partition]
 
 
+@dataclass(frozen=True)
+class OwnerStatistics:
+    """What one member of a partitioner did (this process only): see
+    :meth:`Owner.statistics`.
+
+    :ivar name: the partitioner's name
+    :ivar owned: how many partitions it owns now
+    :ivar assigned: how many the assignment gives it now, owned or not yet
+    :ivar generation: the generation of the assignment it follows (0 before the first)
+    :ivar taken: partitions it came to own since it joined
+    :ivar released: partitions it let go (taken away by an assignment, or leaving)
+    :ivar lost: partitions lost while owned (the session, the key)
+    """
+
+    name: str
+    owned: int
+    assigned: int
+    generation: int
+    taken: int
+    released: int
+    lost: int
+
+
 class _Part:
     """The state of one partition given to this member."""
 
@@ -120,9 +148,7 @@ class _Part:
         if self.why is None:
             self.why = why
             self._changed()
-        if self.hold is None:
-            self.acquiring.cancel()
-            return
+        self.acquiring.cancel()  # (an acquire may still return a hold: see _keep)
         self.waiting.cancel()
         for scope in self.bodies:
             scope.cancel()
@@ -148,6 +174,7 @@ class Owner:
         self._event = anyio.Event()
         self._tg: anyio.abc.TaskGroup | None = None
         self._ended = False
+        self._counts = {"taken": 0, "released": 0, "lost": 0}
 
     def __repr__(self) -> str:
         owned = sorted(p for p, part in self._parts.items() if part.usable)
@@ -177,6 +204,17 @@ class Owner:
         owned = {p: part.hold.fence for p, part in self._parts.items() if part.hold and part.usable}
         generation = self.record.generation if self.record is not None else 0
         return Assignment(frozenset(owned), owned, frozenset(self._parts), generation)
+
+    def statistics(self) -> OwnerStatistics:
+        """What this member owns and did since it joined. Not a checkpoint."""
+        assignment = self.assignment
+        return OwnerStatistics(
+            self._name,
+            len(assignment.owned),
+            len(assignment.assigned),
+            assignment.generation,
+            **self._counts,
+        )
 
     def assignments(self) -> AsyncIterator[Assignment]:
         """Follow what this member owns: ``async for assignment in owner.assignments():``.
@@ -220,23 +258,33 @@ class Owner:
         if self._ended:
             return
         mine = record.of(new_waiter_id_of(self.membership.key))
-        for number in sorted(mine - self._parts.keys()):
-            part = self._parts[number] = _Part(number, self._changed)
-            self._tg.start_soon(self._keep, part)
         for number in self._parts.keys() - mine:
             moved = f"it was moved to another member (generation {record.generation})"
             self._parts[number].end(moved)
+        for number in sorted(mine):
+            self._take(number)
         self._changed()
+
+    def _take(self, number: int) -> None:
+        """Queue for partition *number*, unless a part of it is kept and not going (one
+        that is going, given back meanwhile, is queued for again: behind its own key)."""
+        part = self._parts.get(number)
+        if part is not None and part.why is None:
+            return
+        assert self._tg is not None
+        part = self._parts[number] = _Part(number, self._changed)
+        self._tg.start_soon(self._keep, part)
 
     def _end(self, why: str) -> None:
         """Let go of every partition (the membership ends)."""
         self._ended = True
         for part in self._parts.values():
             part.end(why)
+        self._changed()
 
     async def _keep(self, part: _Part) -> None:
         """Own *part* until it is taken away or lost; release it once its blocks ended."""
-        lock = PartitionLock(self._source, f"{self._name}/partitions/{part.number}")
+        lock = PartitionLock(self._source, lock_name(self._name, part.number))
         hold: Hold | None = None
         try:
             with part.acquiring:
@@ -249,10 +297,13 @@ class Owner:
         assert isinstance(hold, PartitionHold)
         part.hold = hold
         unfollow = hold._follow(part.poke)
+        self._counts["taken"] += 1
+        _log.debug("coord: %s: partition %d owned (fence %d)", self._name, part.number, hold.fence)
         self._changed()
         try:
-            with part.waiting:
-                await anyio.sleep_forever()
+            if part.why is None:  # (taken away while its acquire returned: no wait)
+                with part.waiting:
+                    await anyio.sleep_forever()
             await part.idle.wait()  # taken away: its blocks stop before the release
         finally:
             part.end("the member left the group")
@@ -261,10 +312,27 @@ class Owner:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(hold.session.ttl):
                     await part.idle.wait()
             self._forget(part)
+            lost = hold.lost
             try:
                 await lock.release()  # the delete runs in a task of the session
             except (SessionExpiredError, ClosedError) as exc:  # LockLost included
+                lost = True
                 _log.info("coord: %s", exc)
+            else:
+                _log.debug("coord: %s: partition %d let go: %s", self._name, part.number, part.why)
+            self._counts["lost" if lost else "released"] += 1
+            if lost and not hold.session.lost:
+                self._again(part.number)  # its key was deleted: queue for it again
+
+    def _again(self, number: int) -> None:
+        """Queue again for a partition lost while the session lives (its key deleted by
+        someone else), if the assignment still gives it to this member."""
+        membership, record = self.membership, self.record
+        if self._ended or membership is None or membership.lost or record is None:
+            return
+        if number in record.of(new_waiter_id_of(membership.key)):
+            self._take(number)
+            self._changed()
 
     def _forget(self, part: _Part) -> None:
         if self._parts.get(part.number) is part:
@@ -313,7 +381,7 @@ class _Block:
             part.bodies.discard(scope)
             if not part.bodies:
                 part.idle.set()
-        if part.hold.lost or (scope.cancelled_caught and part.why is not None):
+        if part.hold.lost or part.why is not None:
             raise PartitionLost(
                 f"partition {self._number} of {self._owner.name!r} went while worked on "
                 f"(fence {part.hold.fence}): {part.why or 'it was lost'}"
@@ -337,6 +405,8 @@ class _Assignments:
         await anyio.lowlevel.checkpoint()
         while True:
             while self._seen == owner._version:
+                if owner._ended and not owner._parts:
+                    raise StopAsyncIteration  # the membership ended
                 await owner._event.wait()
             self._seen = owner._version
             assignment = owner.assignment

@@ -4,9 +4,9 @@ one member at a time, with a fence per partition.
 Layout under the partitioner's name ``n``:
 
 * ``n/@…``: the members (a :class:`coord.Group` called ``n``), in join order;
-* ``n/assignment/@…``: the assignment record (:class:`coord._assign.Record`), written by
+* ``n/_assignment/@…``: the assignment record (:class:`coord._assign.Record`), written by
   the coordinator, bound to its lease;
-* ``n/partitions/<p>/@…``: the lock of partition ``p`` (:mod:`coord._owner`): its holder
+* ``n/_partitions/<p>/@…``: the lock of partition ``p`` (:mod:`coord._owner`): its holder
   owns it.
 
 **Why a coordinator.** A sticky assignment needs the previous one (a pure function of the
@@ -31,6 +31,7 @@ higher fence.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import TYPE_CHECKING, NoReturn
 
@@ -41,6 +42,7 @@ from ._assign import Record, assign, check_partitions, partition_of
 from ._checks import check_supervisor
 from ._exceptions import (
     BackendError,
+    ClosedError,
     ConfigurationError,
     EntryGoneError,
     MembershipLost,
@@ -48,7 +50,7 @@ from ._exceptions import (
     SessionExpiredError,
 )
 from ._group import Group, Joining, Member
-from ._owner import Owner, PartitionHold
+from ._owner import Owner, PartitionHold, lock_name
 from .abc import Check, Create, Remove
 
 if TYPE_CHECKING:
@@ -59,7 +61,7 @@ if TYPE_CHECKING:
     from ._session import SessionSource
     from .abc import Backend, Entry, Listing, Op
 
-__all__ = ["Owning", "Partitioner", "newest_record"]
+__all__ = ["Owning", "Partitioner", "newest_record", "records_of"]
 
 _log = logging.getLogger("coord")
 
@@ -110,6 +112,14 @@ class Partitioner:
         self._source = session
         self._name = _keys.check_name(name)
         self._partitions = check_partitions(partitions)
+        longest = lock_name(name, self._partitions - 1)
+        if len(longest) > _keys.MAX_NAME_LENGTH:
+            raise ConfigurationError(
+                f"the partitioner's name is too long: the names it uses under it (such as "
+                f"'.../{longest.rpartition('/')[0].rpartition('/')[2]}/"
+                f"{self._partitions - 1}') take {len(longest)} characters; the limit is "
+                f"{_keys.MAX_NAME_LENGTH}"
+            )
         self._group = Group(session, name)
 
     @property
@@ -164,7 +174,7 @@ class Partitioner:
 
         :raises BackendUnavailable: if the store cannot be reached
         """
-        listing = await self._source.read(lambda b: b.entries(_records_of(self._name)))
+        listing = await self._source.read(lambda b: b.entries(records_of(self._name)))
         record = newest_record(listing)
         prefix = _keys.prefix_of(self._name)
         return {p: prefix + owner for p, owner in record.owners.items()} if record else {}
@@ -211,21 +221,39 @@ async def _serve(owner: Owner, work: Callable[[PartitionHold], Awaitable[object]
                 await anyio.sleep_forever()  # owned, idle: not started again
         except PartitionLost as exc:
             _log.info("coord: %s", exc)
+        except Exception as exc:  # raised as itself, not in an exception group
+            failed.append(exc)
+            tg.cancel_scope.cancel()
         finally:
             if running.get(partition) == fence:
                 del running[partition]
 
     running: dict[int, int] = {}  # partition: the fence its task was started for
+    failed: list[Exception] = []
     async with anyio.create_task_group() as tg:
         async for assignment in owner.assignments():
             for partition, fence in sorted(assignment.fences.items()):
                 if running.get(partition) != fence:
                     running[partition] = fence
                     tg.start_soon(one, partition, fence)
+    if failed:
+        raise failed[0]
 
 
-def _records_of(name: str) -> str:
-    return _keys.prefix_of(f"{name}/assignment")
+def records_of(name: str) -> str:
+    """The prefix of the assignment records of the partitioner *name*."""
+    return _keys.prefix_of(f"{name}/_assignment")
+
+
+def _records(listing: Listing) -> list[Entry]:
+    """The entries of *listing* that are assignment records (the name is the
+    partitioner's, but a user may have put something else there)."""
+    found = []
+    for entry in listing.entries:
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            Record.decode(entry.value, 0)
+            found.append(entry)
+    return found
 
 
 def newest_record(listing: Listing) -> Record | None:
@@ -248,8 +276,9 @@ class Owning:
         self._owner = Owner(partitioner._source, partitioner.name, partitioner.partitions)
         self._done = anyio.Event()
         self._loops = anyio.CancelScope()
-        self._error: ConfigurationError | None = None
+        self._error: Exception | None = None
         self._written: Entry | None = None  # the record this member wrote last
+        self._unsure = False  # a write of a record whose outcome is unknown
 
     def __repr__(self) -> str:
         return f"<coord.Owning {self._partitioner.name!r}>"
@@ -272,17 +301,19 @@ class Owning:
     ) -> bool:
         self._stop("the member left the group")
         try:
-            # Work on every partition ends, then they are released: the next owners
-            # start after this one stopped. (A native cancellation of this wait leaves
-            # it to the session's task, which carries on.)
+            # Leave the group first, so that the partitions are given out again while
+            # their work ends here; each is released once its work has ended, so that
+            # its next owner starts after this one stopped.
+            swallowed = await self._joining.__aexit__(exc_type, exc_val, exc_tb)
+        finally:
+            # (A native cancellation of this wait leaves the releases to the session's
+            # task, which carries on.)
             with anyio.CancelScope(shield=True) as scope:
                 scope.deadline = anyio.current_time() + 2 * self._membership.session.ttl
                 await self._done.wait()
             if scope.cancelled_caught:
                 name = self._partitioner.name
                 _log.warning("coord: %s: left with partitions not yet released", name)
-        finally:
-            swallowed = await self._joining.__aexit__(exc_type, exc_val, exc_tb)
         if self._error is not None:
             raise self._error
         return swallowed
@@ -291,7 +322,7 @@ class Owning:
         self._loops.cancel()
         self._owner._end(why)
 
-    def _fail(self, error: ConfigurationError) -> None:
+    def _fail(self, error: Exception) -> None:
         """A member that cannot take part: end the membership's block with *error*."""
         self._error = error
         self._stop(str(error))
@@ -309,22 +340,39 @@ class Owning:
                     async with anyio.create_task_group() as loops:
                         loops.start_soon(self._follow)
                         loops.start_soon(self._coordinate)
+        except Exception as exc:  # never into the session's task group: to the block
+            _log.exception("coord: %s: the member's tasks failed", self._partitioner.name)
+            self._fail(exc)
         finally:
+            session = self._membership.session
             if self._written is not None:  # leave no record behind (a successor writes its own)
-                self._membership.session.discard(self._written)
+                session.discard(self._written)
+            if self._unsure and session.running and not session.lost:
+                with contextlib.suppress(ClosedError):
+                    session.start_soon(self._forget_records)
             self._done.set()
+
+    async def _forget_records(self) -> None:
+        """Delete the records bound to this member's session: a write whose outcome was
+        unknown may have made one. Runs in the session's task group."""
+        session = self._membership.session
+        with contextlib.suppress(BackendError, SessionExpiredError):
+            listing = await session.backend.entries(records_of(self._partitioner.name))
+            for entry in listing.entries:
+                if entry.lease == session.lease.id:
+                    session.discard(entry)
 
     # -- every member: follow the record ----------------------------------------------------
 
     async def _follow(self) -> None:
         backend = self._membership.session.backend
-        prefix = _records_of(self._partitioner.name)
-        seen: tuple[Entry | None, int] | None = None
+        prefix = records_of(self._partitioner.name)
+        seen: int | None = None  # the revision of the last listing read
         attempt = 0
         while True:
             if seen is not None:
                 try:
-                    await _changed(backend, prefix, *seen)
+                    await _next_change(backend, prefix, seen)
                 except (BackendError, SessionExpiredError):
                     await _retry.backoff(attempt)  # read again, then watch again
                     attempt += 1
@@ -336,7 +384,7 @@ class Owning:
                 seen = None
                 continue
             attempt = 0
-            seen = (listing.entries[-1] if listing.entries else None, listing.revision)
+            seen = listing.revision
             record = newest_record(listing)
             current = self._owner.record
             if record is None or (current is not None and record.generation <= current.generation):
@@ -363,11 +411,9 @@ class Owning:
         while True:
             try:
                 if revision is not None:
-                    async with backend.watch(members_prefix, revision=revision) as changes:
-                        async for _ in changes:
-                            break
+                    await _next_change(backend, members_prefix, revision)
                 members = await backend.entries(members_prefix)
-                records = await backend.entries(_records_of(self._partitioner.name))
+                records = await backend.entries(records_of(self._partitioner.name))
                 written = await self._write(members, records)
             except (BackendError, SessionExpiredError):
                 written = False  # ResyncNeeded too: read again
@@ -389,15 +435,15 @@ class Owning:
             self._fail(_mismatch(self._partitioner, previous))
             await anyio.sleep_forever()
         owners = assign(previous.owners if previous else {}, ids, self._partitioner.partitions)
-        if stored is not None and stored.owners == owners and len(records.entries) == 1:
+        if stored is not None and stored.owners == owners and len(_records(records)) == 1:
             return True
         record = Record(self._partitioner.partitions, tuple(ids), owners)
         membership = self._membership
         ops: list[Op] = [
             Check(membership.entry),
-            *(Remove(entry) for entry in records.entries[-_REPLACED:]),
+            *(Remove(entry) for entry in _records(records)[-_REPLACED:]),
             Create(
-                _records_of(self._partitioner.name),
+                records_of(self._partitioner.name),
                 _keys.new_waiter_id(),
                 record.encode(),
                 membership.session.lease,
@@ -405,7 +451,11 @@ class Owning:
         ]
         # Not cancelled half-way at the leave: the record it wrote is known, and deleted.
         with anyio.CancelScope(shield=True):
-            result = await membership.session.backend.transact(ops)
+            try:
+                result = await membership.session.backend.transact(ops)
+            except BackendError:
+                self._unsure = True  # it may have been written: looked for at the leave
+                raise
         if result is None:
             return False
         self._written = result[-1]
@@ -438,11 +488,9 @@ class Owning:
                 attempt += 1
 
 
-async def _changed(backend: Backend, prefix: str, newest: Entry | None, revision: int) -> None:
-    """Until the records read at *revision* may have changed."""
-    if newest is not None:
-        await backend.wait_changed(newest, revision=revision)
-        return
+async def _next_change(backend: Backend, prefix: str, revision: int) -> None:
+    """Until an entry of *prefix* is created or deleted after *revision* (records are
+    replaced, never updated; and anything else a user put there changes nothing)."""
     async with backend.watch(prefix, revision=revision) as changes:
         async for _ in changes:
             return

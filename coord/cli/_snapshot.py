@@ -5,7 +5,7 @@ The kind of a name is read from its entries, since the store records no type: re
 keys (``@r``) make a read-write lock, a recorded ``limit`` a semaphore, a recorded
 identity a mutex (or, with a joined ``value``, a group), anything else an election (a
 candidate's value is what it campaigned with), the ``_jobs``/``_claims``/``_dead``/``_turn``/
-``_ids`` names of one parent a queue, and the ``assignment`` and ``partitions/<p>`` names
+``_ids`` names of one parent a queue, and the ``_assignment`` and ``_partitions/<p>`` names
 of one parent a partitioner (its members are the parent's entries).
 """
 
@@ -14,10 +14,11 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from coord import _jobs
+from coord import _jobs, _keys
 from coord._group import Member
 from coord._keys import WAITER_MARK, fence_of, waiter_id_of
-from coord._partitioner import newest_record
+from coord._owner import lock_name
+from coord._partitioner import newest_record, records_of
 from coord._waiters import parse_identity
 
 from ._common import identity_in
@@ -32,7 +33,7 @@ __all__ = ["SCHEMA_VERSION", "Snapshot", "read"]
 
 SCHEMA_VERSION = 1
 _QUEUE_PARTS = ("_jobs", "_claims", "_dead", "_turn", "_ids")
-_PARTITIONER_PART = re.compile(r"(?P<parent>.+)/(assignment|partitions/(?P<p>[0-9]+))\Z")
+_PARTITIONER_PART = re.compile(r"(?P<parent>.+)/(_assignment|_partitions/(?P<p>[0-9]+))\Z")
 
 
 class Snapshot:
@@ -155,12 +156,12 @@ async def _partitioner(
     backend = client.backend
     members = await backend.entries(name + "/")
     revisions[name + "/"] = members.revision
-    records = await backend.entries(name + "/assignment/")
-    revisions[name + "/assignment/"] = records.revision
+    records = await backend.entries(records_of(name))
+    revisions[records_of(name)] = records.revision
     record = newest_record(records)
     owners: list[dict[str, Any]] = []
     for partition in held:
-        prefix = f"{name}/partitions/{partition}/"
+        prefix = _keys.prefix_of(lock_name(name, partition))
         head = await backend.entries(prefix, limit=1)
         revisions[prefix] = head.revision
         owners.extend(

@@ -386,8 +386,8 @@ async def test_a_partitioner_member_cancelled_natively_leaves_nothing(
         with pytest.raises(asyncio.CancelledError):
             await task
     with anyio.fail_after(10):
-        names = ["native-parts", "native-parts/assignment"] + [
-            f"native-parts/partitions/{p}" for p in range(4)
+        names = ["native-parts", "native-parts/_assignment"] + [
+            f"native-parts/_partitions/{p}" for p in range(4)
         ]
         while any([(await b.backend.entries(n + "/")).entries for n in names]):  # noqa: ASYNC110
             await asyncio.sleep(0.02)

@@ -6,6 +6,7 @@ rejoins on a new session; bad input refused at the call; nothing left in the sto
 
 from __future__ import annotations
 
+import contextlib
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING
 
@@ -13,7 +14,7 @@ import anyio
 import pytest
 
 import coord
-from coord.testing import expire_session
+from coord.testing import drop_key, expire_session
 
 from ._recorder import Recorder
 
@@ -124,6 +125,11 @@ async def test_joins_and_leaves_move_only_what_the_balance_needs(
         owned = await settled([first, second, third])
         moved = sum(len(was - now) for was, now in zip(after, owned[:2], strict=True))
         assert moved == len(owned[2]) == P // 3, "only the newcomer's share moves"
+        for owner in (first, second, third):
+            stats = owner.statistics()
+            assert stats.lost == 0
+            assert stats.taken - stats.released == stats.owned == len(owner.assignment.owned)
+        assert first.statistics().released == P - len(owned[0])
         members.leave("b")
         left = await settled([first, third])
         assert owned[0] <= left[0]
@@ -211,6 +217,8 @@ async def test_a_lost_session_cancels_the_work_and_others_own_its_partitions(
                         raise
             except coord.LockLost as exc:
                 lost.append(exc)
+            assert owner.statistics().lost >= 1
+            assert owner.statistics().owned == 0
             [everything] = await settled([survivor])
             assert everything == frozenset(range(P))
             assert survivor.assignment.fence(p) > hold.fence
@@ -288,4 +296,137 @@ async def test_a_cancelled_join_or_owner_leaves_nothing(clients: list[coord.Clie
             await anyio.sleep_forever()
     with anyio.fail_after(10):
         while await keys(b, "gone"):  # noqa: ASYNC110  (the session's task deletes)
+            await anyio.sleep(0.05)
+
+
+# -- found by an adversarial review ----------------------------------------------------
+
+
+async def test_members_joining_together_settle(clients: list[coord.Client]) -> None:
+    """Two members join a few ms apart: the first is given everything, then half moves.
+    A partition taken away while its acquire was returning used to stay held, unworked."""
+    a, b, _, _ = clients
+    for trial, delay in enumerate((0, 0.003, 0.01, 0.02)):
+        async with anyio.create_task_group() as tg:
+            members = Members(tg, f"together{trial}")
+            first = await members.join("a", a, partitions=64)
+            await anyio.sleep(delay)
+            second = await members.join("b", b, partitions=64)
+            await settled([first, second], 64)
+            members.leave("a")
+            members.leave("b")
+        assert not members.errors
+
+
+async def test_a_partition_given_back_while_it_is_released_is_owned_again(
+    clients: list[coord.Client],
+) -> None:
+    """Half moves away while the work on it is slow to stop, then comes back (the other
+    member leaves): it is queued for again behind its own key, and owned."""
+    a, b, _, _ = clients
+
+    async def slow_work(owner: coord.Owner, p: int) -> None:
+        with contextlib.suppress(coord.PartitionLost):
+            async with owner.partition(p):
+                try:
+                    await anyio.sleep_forever()
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await anyio.sleep(1.0)
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            members = Members(tg, "flip")
+            first = await members.join("a", a)
+            await settled([first])
+            for p in range(P):
+                tg.start_soon(slow_work, first, p)
+            await anyio.sleep(0.1)
+            await members.join("b", b)
+            while len(first.assignment.owned) == P:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+            members.leave("b")  # everything goes back to the first, still stopping work
+            assert await settled([first]) == [frozenset(range(P))]
+            tg.cancel_scope.cancel()
+
+
+async def test_a_partition_whose_key_is_deleted_is_owned_again(
+    clients: list[coord.Client],
+) -> None:
+    a = clients[0]
+    async with a.partitioner("dropped", partitions=4).join() as owner:
+        await settled([owner], 4)
+        fence = owner.assignment.fence(2)
+        with pytest.raises(coord.PartitionLost):
+            async with owner.partition(2) as hold:
+                await drop_key(a, hold.key)
+                await anyio.sleep_forever()
+        [owned] = await settled([owner], 4)
+        assert owned == frozenset(range(4))
+        assert owner.assignment.fence(2) > fence
+        assert owner.statistics().lost == 1
+
+
+async def test_names_under_the_partitioner_are_its_own_and_checked_at_the_call(
+    clients: list[coord.Client],
+) -> None:
+    """A name whose partition locks' names would be too long is refused at the call (it
+    used to fail in the session's task group, closing the client's session). A user's
+    entry where the records live is not a record: it is never deleted."""
+    a, b, _, _ = clients
+    with pytest.raises(coord.ConfigurationError, match="too long"):
+        a.partitioner("n" * 500, partitions=100)
+    a.partitioner("n" * 490, partitions=100)
+    async with b.mutex("col/_assignment") as other:
+        async with a.partitioner("col", partitions=2).join() as owner:
+            await settled([owner], 2)
+        assert not other.lost
+
+
+async def test_assignments_end_when_the_member_leaves_and_a_late_block_is_told(
+    clients: list[coord.Client],
+) -> None:
+    a, b, _, _ = clients
+    seen: Recorder[frozenset[int]] = Recorder()
+    told: list[BaseException] = []
+
+    async def follow(owner: coord.Owner) -> None:
+        async for assignment in owner.assignments():
+            seen.append(assignment.owned)
+
+    async def stubborn(owner: coord.Owner, p: int) -> None:
+        try:
+            async with owner.partition(p):
+                with anyio.CancelScope(shield=True):  # finishes its work, moved or not
+                    await anyio.sleep(0.5)
+        except coord.PartitionLost as exc:
+            told.append(exc)
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as outside:
+            async with anyio.create_task_group() as tg:
+                members = Members(tg, "ending")
+                owner = await members.join("a", a)
+                outside.start_soon(follow, owner)
+                await settled([owner])
+                outside.start_soon(stubborn, owner, P - 1)  # the highest moves first
+                await anyio.sleep(0.1)
+                await members.join("b", b)
+                await seen.wait_for(lambda items: len(items[-1]) == P // 2)
+                members.leave("a")
+                members.leave("b")
+            # The follower outside the block ends on its own (a task group would wait).
+    assert seen.items[-1] == frozenset()
+    assert len(told) == 1
+    assert "moved to another member" in str(told[0])
+
+
+async def test_run_raises_the_works_exception_itself(clients: list[coord.Client]) -> None:
+    async def work(hold: coord.PartitionHold) -> None:
+        raise ValueError(f"boom {hold.partition}")
+
+    with anyio.fail_after(10), pytest.raises(ValueError, match="boom"):
+        await clients[0].partitioner("raises", partitions=2).run(work)
+    with anyio.fail_after(10):
+        while await keys(clients[1], "raises"):  # noqa: ASYNC110  (the session's task deletes)
             await anyio.sleep(0.05)

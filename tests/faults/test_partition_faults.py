@@ -164,69 +164,75 @@ def pool(tmp_path: Path) -> Iterator[Pool]:
         pool.close()
 
 
+@pytest.fixture
+def proxy(cluster: EtcdCluster | ZooKeeperEnsemble) -> Iterator[TcpProxy]:
+    """A proxy to the first member, for the member to cut off (made and closed outside
+    the event loop: its thread is joined)."""
+    with TcpProxy(int(cluster.members[0].endpoint.rpartition(":")[2])) as proxy:
+        yield proxy
+
+
 def moves(before: dict[int, str], after: dict[int, str]) -> int:
     return sum(1 for p, owner in after.items() if before.get(p) != owner)
 
 
 async def test_partitions_through_joins_leaves_pauses_kills_and_a_cut(
-    pool: Pool, cluster: EtcdCluster | ZooKeeperEnsemble
+    pool: Pool, cluster: EtcdCluster | ZooKeeperEnsemble, proxy: TcpProxy
 ) -> None:
     namespace = fresh_namespace()
     url = f"{cluster.url}/{namespace}"
     scheme = "etcd" if isinstance(cluster, EtcdCluster) else "zk"
-    port = int(cluster.members[0].endpoint.rpartition(":")[2])
     timings: dict[str, float] = {}
-    with TcpProxy(port) as proxy:
-        # Six members, then two join: each join moves only the newcomers' shares.
-        pool.spawn("p0", f"{scheme}://{proxy.endpoint}/{namespace}")  # the one to cut off
-        for number in range(1, 6):
-            pool.spawn(f"p{number}", url)
-        before = await pool.balanced("with 6 members", pool.members())
-        for number in (6, 7):
-            pool.spawn(f"p{number}", url)
-        after = await pool.balanced("after 2 joins", pool.members())
-        assert moves(before, after) <= checks.need(before, pool.members(), PARTITIONS)
+    # Six members, then two join: each join moves only the newcomers' shares.
+    pool.spawn("p0", f"{scheme}://{proxy.endpoint}/{namespace}")  # the one to cut off
+    for number in range(1, 6):
+        pool.spawn(f"p{number}", url)
+    before = await pool.balanced("with 6 members", pool.members())
+    for number in (6, 7):
+        pool.spawn(f"p{number}", url)
+    after = await pool.balanced("after 2 joins", pool.members())
+    assert moves(before, after) <= checks.need(before, pool.members(), PARTITIONS)
 
-        # A clean leave: only the leaver's partitions move.
-        leaver = pool.procs["p7"]
-        leaver.send_signal(signal.SIGTERM)
-        pool.left.add("p7")
-        before, after = after, await pool.balanced("after a leave", pool.members())
-        assert moves(before, after) == checks.need(before, pool.members(), PARTITIONS)
-        assert {p for p in after if after[p] != before[p]} == {
-            p for p, o in before.items() if o == "p7"
-        }
+    # A clean leave: only the leaver's partitions move.
+    leaver = pool.procs["p7"]
+    leaver.send_signal(signal.SIGTERM)
+    pool.left.add("p7")
+    before, after = after, await pool.balanced("after a leave", pool.members())
+    assert moves(before, after) == checks.need(before, pool.members(), PARTITIONS)
+    assert {p for p in after if after[p] != before[p]} == {
+        p for p, o in before.items() if o == "p7"
+    }
 
-        # Paused past its TTL: its partitions are owned again once its session expires.
-        paused = "p6"
-        mine = {p for p, o in after.items() if o == paused}
-        pool.procs[paused].send_signal(signal.SIGSTOP)
-        stopped_at = time.monotonic()
-        timings["paused"] = await pool.reowned("the paused member's", mine, paused, stopped_at)
-        await anyio.sleep(max(stopped_at + 2 * TTL - time.monotonic(), 0))
-        pool.procs[paused].send_signal(signal.SIGCONT)
-        pool.faults[paused] = [(stopped_at, time.monotonic())]
-        after = await pool.balanced("after the pause", pool.members())
+    # Paused past its TTL: its partitions are owned again once its session expires.
+    paused = "p6"
+    mine = {p for p, o in after.items() if o == paused}
+    pool.procs[paused].send_signal(signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    timings["paused"] = await pool.reowned("the paused member's", mine, paused, stopped_at)
+    await anyio.sleep(max(stopped_at + 2 * TTL - time.monotonic(), 0))
+    pool.procs[paused].send_signal(signal.SIGCONT)
+    pool.faults[paused] = [(stopped_at, time.monotonic())]
+    after = await pool.balanced("after the pause", pool.members())
 
-        # Killed: the same, with nobody to tell.
-        victim = "p5"
-        mine = {p for p, o in after.items() if o == victim}
-        pool.procs[victim].kill()
-        killed_at = time.monotonic()
-        pool.killed.add(victim)
-        timings["killed"] = await pool.reowned("the killed member's", mine, victim, killed_at)
-        after = await pool.balanced("after the kill", pool.members())
+    # Killed: the same, with nobody to tell.
+    victim = "p5"
+    mine = {p for p, o in after.items() if o == victim}
+    pool.procs[victim].kill()
+    killed_at = time.monotonic()
+    pool.killed.add(victim)
+    timings["killed"] = await pool.reowned("the killed member's", mine, victim, killed_at)
+    after = await pool.balanced("after the kill", pool.members())
 
-        # Cut off past its TTL, then healed.
-        mine = {p for p, o in after.items() if o == "p0"}
-        proxy.blackhole()
-        cut_at = time.monotonic()
-        timings["cut off"] = await pool.reowned("the cut-off member's", mine, "p0", cut_at)
-        await anyio.sleep(max(cut_at + 2 * TTL - time.monotonic(), 0))
-        proxy.heal()
-        pool.faults["p0"] = [(cut_at, time.monotonic())]
-        await pool.balanced("after the heal", pool.members())
-        await pool.stop()
+    # Cut off past its TTL, then healed.
+    mine = {p for p, o in after.items() if o == "p0"}
+    proxy.blackhole()
+    cut_at = time.monotonic()
+    timings["cut off"] = await pool.reowned("the cut-off member's", mine, "p0", cut_at)
+    await anyio.sleep(max(cut_at + 2 * TTL - time.monotonic(), 0))
+    proxy.heal()
+    pool.faults["p0"] = [(cut_at, time.monotonic())]
+    await pool.balanced("after the heal", pool.members())
+    await pool.stop()
 
     events = pool.store.snapshot()
     handoffs = checks.check_history(events, pool.faults, pool.killed)

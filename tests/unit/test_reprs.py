@@ -89,9 +89,10 @@ async def test_every_public_class_has_an_informative_repr() -> None:
                     if assignment.owned == {0, 1}:
                         break
             check(owner, "<coord.Owner 'shares'", "owned=[0, 1]")
+            check(owner.statistics(), "OwnerStatistics(", "owned=2", "taken=2")
             check(assignment, "Assignment(", "owned=")
             async with owner.partition(1) as part:
-                check(part, "<coord.PartitionHold 'shares/partitions/1'", "owned")
+                check(part, "<coord.PartitionHold 'shares/_partitions/1'", "owned")
 
         queue = client.queue("emails")
         check(queue, "<coord.Queue 'emails'")
