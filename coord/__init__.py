@@ -50,8 +50,8 @@ from ._mutex import MutexStatistics as MutexStatistics
 from ._owner import Assignment as Assignment
 from ._owner import Owner as Owner
 from ._owner import OwnerStatistics as OwnerStatistics
-from ._owner import PartitionHold as PartitionHold
-from ._partitioner import Owning as Owning
+from ._owning import Owning as Owning
+from ._partition import PartitionHold as PartitionHold
 from ._partitioner import Partitioner as Partitioner
 from ._queue import Claiming as Claiming
 from ._queue import KeyStats as KeyStats

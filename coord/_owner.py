@@ -1,19 +1,10 @@
-"""Owner: one member's share of a partitioner's partitions, and the work done under them.
+"""Owner: one member's share of a partitioner's partitions.
 
-Every partition is a lock (``<name>/_partitions/<p>``, :class:`PartitionLock`): its owner
-is the holder, so that at most one member owns a partition whatever the members believe,
-a partition is taken only once its previous owner released it or lost its session, and
-its fence is the lock's (strictly increasing from owner to owner). The assignment only
-says who should queue for which lock (:mod:`coord._partitioner`).
-
-A partition given to this member is kept by a task of the owner (:meth:`Owner._keep`):
-it acquires the lock, then waits until the partition is taken away (a new assignment,
-the end of the membership) or lost (the session, the key). Work on a partition runs in
-``async with owner.partition(p)``: a scope that is cancelled when the partition goes.
-Taken away, the partition is released only after every such block has ended, so that
-the next owner starts after this one stopped; lost, its blocks are cancelled as soon as
-the loss is known, which the lease's local deadline makes sure is before the store lets
-another member take it.
+Each partition is a lock (:mod:`coord._partition`); the assignment only says who should
+queue for which lock (:mod:`coord._partitioner`). A partition given to this member is
+kept by a task of the owner (:meth:`Owner._keep`): it acquires the lock, then waits
+until the partition is taken away (a new assignment, the end of the membership) or lost
+(the session, the key), and releases it once the work on it has ended.
 """
 
 from __future__ import annotations
@@ -26,55 +17,22 @@ import anyio
 import anyio.lowlevel
 
 from ._assign import partition_of
-from ._exceptions import ClosedError, PartitionLost, SessionExpiredError
-from ._hold import Hold
+from ._exceptions import ClosedError, SessionExpiredError
 from ._keys import new_waiter_id_of
-from ._locking import TaskLock
+from ._partition import Block, Part, PartitionHold, PartitionLock, lock_name
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Mapping
+    from collections.abc import AsyncIterator, Mapping
     from contextlib import AbstractAsyncContextManager
-    from types import TracebackType
 
     from ._assign import Record
     from ._group import Membership
+    from ._hold import Hold
     from ._session import SessionSource
 
-__all__ = ["Assignment", "Owner", "OwnerStatistics", "PartitionHold", "PartitionLock"]
+__all__ = ["Assignment", "Owner", "OwnerStatistics"]
 
 _log = logging.getLogger("coord")
-
-
-def lock_name(name: str, partition: int) -> str:
-    """The name of the lock of *partition* of the partitioner *name*."""
-    return f"{name}/_partitions/{partition}"
-
-
-class PartitionHold(Hold):
-    """This member's ownership of one partition: what ``async with owner.partition(p)``
-    returns.
-
-    :ivar fence: strictly increasing from owner to owner of this partition
-    """
-
-    _lost_error = PartitionLost
-
-    def __repr__(self) -> str:
-        state = "lost" if self.lost else "released" if self.released else "owned"
-        return f"<coord.PartitionHold {self.name!r} fence={self.fence} {state}>"
-
-    @property
-    def partition(self) -> int:
-        """The partition's number."""
-        return int(self.name.rpartition("/")[2])
-
-
-class PartitionLock(TaskLock):
-    """The lock whose holder owns one partition (not counted as a lock acquire)."""
-
-    _what = "partition"
-    _hold_type = PartitionHold
-    _counted = False
 
 
 @dataclass(frozen=True)
@@ -125,40 +83,6 @@ class OwnerStatistics:
     lost: int
 
 
-class _Part:
-    """The state of one partition given to this member."""
-
-    def __init__(self, number: int, changed: Callable[[], None]) -> None:
-        self.number = number
-        self._changed = changed
-        self.hold: PartitionHold | None = None
-        self.acquiring = anyio.CancelScope()  # cancelled to give up a pending acquire
-        self.waiting = anyio.CancelScope()  # cancelled when it goes (taken away or lost)
-        self.why: str | None = None  # why it goes
-        self.bodies: set[anyio.CancelScope] = set()
-        self.idle = anyio.Event()
-        self.idle.set()
-
-    @property
-    def usable(self) -> bool:
-        return self.hold is not None and self.why is None and not self.hold.lost
-
-    def end(self, why: str) -> None:
-        """Take it away: cancel the pending acquire, or the wait and every block."""
-        if self.why is None:
-            self.why = why
-            self._changed()
-        self.acquiring.cancel()  # (an acquire may still return a hold: see _keep)
-        self.waiting.cancel()
-        for scope in self.bodies:
-            scope.cancel()
-
-    def poke(self) -> None:
-        """News about the hold: cancel everything at once if it is lost."""
-        if self.hold is not None and self.hold.lost:
-            self.end(f"it was lost ({self.hold._why()})")
-
-
 class Owner:
     """This member's share of a partitioner's partitions: what ``async with
     partitioner.join() as owner`` returns. See :class:`coord.Partitioner`."""
@@ -169,7 +93,7 @@ class Owner:
         self._partitions = partitions
         self.membership: Membership | None = None  # set when joined
         self.record: Record | None = None  # the newest assignment read
-        self._parts: dict[int, _Part] = {}
+        self._parts: dict[int, Part] = {}
         self._version = 0
         self._event = anyio.Event()
         self._tg: anyio.abc.TaskGroup | None = None
@@ -240,7 +164,7 @@ class Owner:
 
         :raises PartitionLost: at once if this member does not own *partition* now
         """
-        return _Block(self, partition)
+        return Block(self._parts, self._name, partition)
 
     # -- the owner's tasks ------------------------------------------------------------------
 
@@ -272,7 +196,7 @@ class Owner:
         if part is not None and part.why is None:
             return
         assert self._tg is not None
-        part = self._parts[number] = _Part(number, self._changed)
+        part = self._parts[number] = Part(number, self._changed)
         self._tg.start_soon(self._keep, part)
 
     def _end(self, why: str) -> None:
@@ -282,10 +206,10 @@ class Owner:
             part.end(why)
         self._changed()
 
-    async def _keep(self, part: _Part) -> None:
+    async def _keep(self, part: Part) -> None:
         """Own *part* until it is taken away or lost; release it once its blocks ended."""
         lock = PartitionLock(self._source, lock_name(self._name, part.number))
-        hold: Hold | None = None
+        hold: Hold | None = None  # (a PartitionHold)
         try:
             with part.acquiring:
                 hold = await lock.acquire()
@@ -334,59 +258,10 @@ class Owner:
             self._take(number)
             self._changed()
 
-    def _forget(self, part: _Part) -> None:
+    def _forget(self, part: Part) -> None:
         if self._parts.get(part.number) is part:
             del self._parts[part.number]
         self._changed()
-
-
-class _Block:
-    """``async with owner.partition(p)``: a scope cancelled when the partition goes."""
-
-    def __init__(self, owner: Owner, number: int) -> None:
-        self._owner = owner
-        self._number = number
-        self._part: _Part | None = None
-        self._scope: anyio.CancelScope | None = None
-
-    async def __aenter__(self) -> PartitionHold:
-        await anyio.lowlevel.checkpoint()
-        part = self._owner._parts.get(self._number)
-        if part is None or not part.usable:
-            why = part.why if part is not None and part.why else "it is not owned now"
-            raise PartitionLost(
-                f"partition {self._number} of {self._owner.name!r} is not this member's: {why}"
-            )
-        assert part.hold is not None
-        self._part, self._scope = part, anyio.CancelScope()
-        if not part.bodies:
-            part.idle = anyio.Event()
-        part.bodies.add(self._scope)
-        self._scope.__enter__()
-        return part.hold
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> bool:
-        part, scope = self._part, self._scope
-        assert part is not None
-        assert scope is not None
-        assert part.hold is not None
-        try:
-            swallowed = bool(scope.__exit__(exc_type, exc_val, exc_tb))
-        finally:
-            part.bodies.discard(scope)
-            if not part.bodies:
-                part.idle.set()
-        if part.hold.lost or part.why is not None:
-            raise PartitionLost(
-                f"partition {self._number} of {self._owner.name!r} went while worked on "
-                f"(fence {part.hold.fence}): {part.why or 'it was lost'}"
-            )
-        return swallowed
 
 
 class _Assignments:

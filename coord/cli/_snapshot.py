@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 from coord import _jobs, _keys
 from coord._group import Member
 from coord._keys import WAITER_MARK, fence_of, waiter_id_of
-from coord._owner import lock_name
-from coord._partitioner import newest_record, records_of
+from coord._owning import newest_record, records_of
+from coord._partition import lock_name
 from coord._waiters import parse_identity
 
 from ._common import identity_in

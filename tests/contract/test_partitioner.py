@@ -430,3 +430,34 @@ async def test_run_raises_the_works_exception_itself(clients: list[coord.Client]
     with anyio.fail_after(10):
         while await keys(clients[1], "raises"):  # noqa: ASYNC110  (the session's task deletes)
             await anyio.sleep(0.05)
+
+
+async def test_a_member_that_rejoins_on_a_new_session_gets_a_share_and_others_keep_theirs(
+    clients: list[coord.Client],
+) -> None:
+    """A member's session is lost; it joins again on the client's next session. The
+    others keep what they owned (plus what the balance gives them while it is away), and
+    when it is back it takes only its new share."""
+    a, b, c, _ = clients
+    with anyio.fail_after(40):
+        async with anyio.create_task_group() as tg:
+            members = Members(tg, "rejoin")
+            steady = [await members.join("b", b), await members.join("c", c)]
+            first = await members.join("a", a)
+            before = await settled([*steady, first])
+            old_session = a.session
+            await expire_session(a)
+            away = await settled(steady)  # the others own everything meanwhile
+            for mine, was in zip(away, before[:2], strict=True):
+                assert was <= mine, "a member that stays keeps what it had"
+            while "a" in members.owners or a.session is old_session:  # noqa: ASYNC110
+                await anyio.sleep(0.02)
+            again = await members.join("a2", a)
+            assert again.membership is not None
+            assert again.membership.session is not old_session
+            back = await settled([*steady, again])
+            moved = sum(len(was - now) for was, now in zip(away, back[:2], strict=True))
+            assert moved == len(back[2]), "only the newcomer's share moves"
+            for tag in ("b", "c", "a2"):
+                members.leave(tag)
+    assert [type(e) for e in members.errors] == [coord.MembershipLost]
