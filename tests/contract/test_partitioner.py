@@ -461,3 +461,36 @@ async def test_a_member_that_rejoins_on_a_new_session_gets_a_share_and_others_ke
             for tag in ("b", "c", "a2"):
                 members.leave(tag)
     assert [type(e) for e in members.errors] == [coord.MembershipLost]
+
+
+async def test_a_leave_wakes_each_member_once(
+    clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No herd: when one of four members leaves, the coordinator wakes once for the
+    membership and each remaining member once for the new record (the leaver's successor
+    also wakes once, for the member ahead of it: not counted here). If every member
+    followed the membership too, each would wake twice."""
+    from coord import _owning
+
+    wakes: list[str] = []
+    follow_changes = _owning._next_change
+
+    async def counted(backend: coord.abc.Backend, prefix: str, revision: int) -> None:
+        await follow_changes(backend, prefix, revision)
+        wakes.append(prefix.rpartition("/_assignment/")[1] or "members")
+
+    monkeypatch.setattr(_owning, "_next_change", counted)
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            members = Members(tg, "herd")
+            owners = [await members.join(tag, c) for tag, c in zip("abcd", clients, strict=True)]
+            await settled(owners)
+            await anyio.sleep(0.3)  # every wake of the joins is over
+            wakes.clear()
+            members.leave("c")
+            await settled([owners[0], owners[1], owners[3]])
+            await anyio.sleep(0.3)
+            counts = {kind: wakes.count(kind) for kind in set(wakes)}
+            for tag in "abd":
+                members.leave(tag)
+    assert counts == {"/_assignment/": 3, "members": 1}, wakes
