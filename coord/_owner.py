@@ -239,9 +239,8 @@ class Owner:
             lost = hold.lost
             try:
                 await lock.release()  # the delete runs in a task of the session
-            except (SessionExpiredError, ClosedError) as exc:  # LockLost included
+            except (SessionExpiredError, ClosedError):  # LockLost (logged by the lock) too
                 lost = True
-                _log.info("coord: %s", exc)
             else:
                 _log.debug("coord: %s: partition %d let go: %s", self._name, part.number, part.why)
             self._counts["lost" if lost else "released"] += 1
