@@ -140,8 +140,10 @@ class Partitioner:
         returns the :class:`coord.Owner`, which owns partitions as the assignment gives
         them (follow them with :meth:`coord.Owner.assignments`). The body runs only while
         the membership lasts: on its loss it is cancelled and the block raises
-        :exc:`coord.MembershipLost`. Leaving ends the work on every owned partition,
-        releases them, then leaves the group. A cancelled or failed join leaves nothing.
+        :exc:`coord.MembershipLost`. Leaving leaves the group (its partitions are given
+        out again), ends the work on every owned partition, and releases each once its
+        work has ended (its next owner waits for that). A cancelled or failed join leaves
+        nothing.
 
         :raises TypeError: if *value* is not bytes (at the call)
         :raises ConfigurationError: for a *value* larger than the store takes (at the
