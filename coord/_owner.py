@@ -127,7 +127,8 @@ class Owner:
         """What this member owns now. Not a checkpoint."""
         owned = {p: part.hold.fence for p, part in self._parts.items() if part.hold and part.usable}
         generation = self.record.generation if self.record is not None else 0
-        return Assignment(frozenset(owned), owned, frozenset(self._parts), generation)
+        given = frozenset(p for p, part in self._parts.items() if part.why is None)
+        return Assignment(frozenset(owned), owned, given, generation)
 
     def statistics(self) -> OwnerStatistics:
         """What this member owns and did since it joined. Not a checkpoint."""
@@ -210,13 +211,20 @@ class Owner:
         """Own *part* until it is taken away or lost; release it once its blocks ended."""
         lock = PartitionLock(self._source, lock_name(self._name, part.number))
         hold: Hold | None = None  # (a PartitionHold)
+        gone = False
         try:
             with part.acquiring:
                 hold = await lock.acquire()
-        except (SessionExpiredError, ClosedError):
-            pass  # the session or the client ended: the membership goes with it
+        except SessionExpiredError:
+            # The session ended (the membership goes with it), or, on a client that
+            # does not renew, my waiting key was deleted by someone else: queue again.
+            gone = True
+        except ClosedError:
+            pass  # the client is closing
         if hold is None:
             self._forget(part)
+            if gone and part.why is None:
+                self._again(part.number)
             return
         assert isinstance(hold, PartitionHold)
         part.hold = hold

@@ -494,3 +494,71 @@ async def test_a_leave_wakes_each_member_once(
             for tag in "abd":
                 members.leave(tag)
     assert counts == {"/_assignment/": 3, "members": 1}, wakes
+
+
+# -- found by a second adversarial review ----------------------------------------------
+
+
+async def _slow_to_stop(owner: coord.Owner, p: int, release: anyio.Event) -> None:
+    with contextlib.suppress(coord.PartitionLost):
+        async with owner.partition(p):
+            try:
+                await anyio.sleep_forever()
+            finally:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                    await release.wait()
+
+
+@pytest.mark.parametrize("renew", [True, False])
+async def test_a_waiting_key_deleted_by_someone_else_is_queued_again(
+    clients: list[coord.Client], coord_url: str, renew: bool
+) -> None:
+    """A member queues for a partition behind its previous owner, whose work is slow to
+    stop; its waiting key is deleted. It queues again (on a client that does not renew,
+    the wait used to end as if the session had), and owns the partition in the end."""
+    b = clients[1]
+    release = anyio.Event()
+    async with coord.connect(coord_url, ttl=5.0, renew=renew) as a:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                members = Members(tg, "waitdrop")
+                first = await members.join("b", b, partitions=2)
+                await settled([first], 2)
+                for p in range(2):
+                    tg.start_soon(_slow_to_stop, first, p, release)
+                await anyio.sleep(0.1)
+                second = await members.join("a", a, partitions=2)
+                waiting: list[coord.abc.Entry] = []
+                while not waiting:
+                    for p in range(2):
+                        listing = await a.backend.entries(f"waitdrop/_partitions/{p}/")
+                        waiting += [e for e in listing.entries if e.lease == a.session.lease.id]
+                    await anyio.sleep(0.02)
+                await drop_key(a, waiting[0].key)
+                await anyio.sleep(0.3)
+                release.set()
+                await settled([first, second], 2)
+                tg.cancel_scope.cancel()
+
+
+async def test_assigned_leaves_out_the_partitions_on_their_way_out(
+    clients: list[coord.Client],
+) -> None:
+    a, b, _, _ = clients
+    release = anyio.Event()
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            members = Members(tg, "assigned")
+            first = await members.join("a", a, partitions=4)
+            await settled([first], 4)
+            for p in range(4):
+                tg.start_soon(_slow_to_stop, first, p, release)
+            await anyio.sleep(0.1)
+            await members.join("b", b, partitions=4)
+            while len(first.assignment.owned) == 4:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+            # Two are on their way out (their work still stopping): not given any more.
+            assert first.assignment.assigned == first.assignment.owned
+            assert first.statistics().assigned == 2
+            release.set()
+            tg.cancel_scope.cancel()

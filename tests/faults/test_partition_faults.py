@@ -139,11 +139,12 @@ class Pool:
             if popen.poll() is None:
                 popen.send_signal(signal.SIGCONT)
                 popen.send_signal(signal.SIGTERM)
-        for popen in self.procs.values():
+        for proc, popen in self.procs.items():
             try:
                 await anyio.to_thread.run_sync(popen.wait, 15)
             except subprocess.TimeoutExpired:
                 popen.kill()
+                self.killed.add(proc)  # it could not tell: the checks know
 
     def close(self) -> None:
         for popen in self.procs.values():
