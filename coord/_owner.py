@@ -92,7 +92,7 @@ class Owner:
         self._name = name
         self._partitions = partitions
         self.membership: Membership | None = None  # set when joined
-        self.record: Record | None = None  # the newest assignment read
+        self._record: Record | None = None  # the newest assignment read
         self._parts: dict[int, Part] = {}
         self._version = 0
         self._event = anyio.Event()
@@ -126,7 +126,7 @@ class Owner:
     def assignment(self) -> Assignment:
         """What this member owns now. Not a checkpoint."""
         owned = {p: part.hold.fence for p, part in self._parts.items() if part.hold and part.usable}
-        generation = self.record.generation if self.record is not None else 0
+        generation = self._record.generation if self._record is not None else 0
         given = frozenset(p for p, part in self._parts.items() if part.why is None)
         return Assignment(frozenset(owned), owned, given, generation)
 
@@ -177,7 +177,7 @@ class Owner:
     def _apply(self, record: Record) -> None:
         """Follow a new assignment: queue for the partitions it gives me, let go of the
         others."""
-        self.record = record
+        self._record = record
         assert self.membership is not None
         assert self._tg is not None
         if self._ended:
@@ -258,7 +258,7 @@ class Owner:
     def _again(self, number: int) -> None:
         """Queue again for a partition lost while the session lives (its key deleted by
         someone else), if the assignment still gives it to this member."""
-        membership, record = self.membership, self.record
+        membership, record = self.membership, self._record
         if self._ended or membership is None or membership.lost or record is None:
             return
         if number in record.of(new_waiter_id_of(membership.key)):

@@ -53,25 +53,23 @@ def records_of(name: str) -> str:
     return _keys.prefix_of(f"{name}/_assignment")
 
 
-def _records(listing: Listing) -> list[Entry]:
-    """The entries of *listing* that are assignment records (the name is the
-    partitioner's, but a user may have put something else there)."""
+def _records(listing: Listing) -> list[tuple[Entry, Record]]:
+    """The assignment records of *listing*, oldest first, each with its entry (the name
+    is the partitioner's, but a user may have put something else there: it is left
+    alone)."""
     found = []
     for entry in listing.entries:
-        with contextlib.suppress(ValueError, KeyError, TypeError):
-            Record.decode(entry.value, 0)
-            found.append(entry)
+        try:
+            found.append((entry, Record.decode(entry.value, _keys.fence_of(entry.revision))))
+        except (ValueError, KeyError, TypeError):
+            _log.warning("coord: %s is not an assignment record: ignored", entry.key)
     return found
 
 
 def newest_record(listing: Listing) -> Record | None:
-    """The newest record of *listing* that reads as one (None if there is none)."""
-    for entry in reversed(listing.entries):
-        try:
-            return Record.decode(entry.value, _keys.fence_of(entry.revision))
-        except (ValueError, KeyError, TypeError):
-            _log.warning("coord: %s is not an assignment record: ignored", entry.key)
-    return None
+    """The newest record of *listing* (None if there is none)."""
+    found = _records(listing)
+    return found[-1][1] if found else None
 
 
 class Owning:
@@ -195,7 +193,7 @@ class Owning:
             attempt = 0
             seen = listing.revision
             record = newest_record(listing)
-            current = self._owner.record
+            current = self._owner._record
             if record is None or (current is not None and record.generation <= current.generation):
                 continue  # none (its coordinator left: no news), or no newer
             if record.partitions != self._partitions:
@@ -238,19 +236,20 @@ class Owning:
         """Store the assignment for *members* if it differs from the stored one. False if
         the write's guards failed (my membership, or the records, changed)."""
         ids = [_keys.new_waiter_id_of(entry.key) for entry in members.entries]
-        stored = newest_record(records)
-        previous = stored or self._owner.record  # none stored: its coordinator died
+        found = _records(records)
+        stored = found[-1][1] if found else None
+        previous = stored or self._owner._record  # none stored: its coordinator died
         if previous is not None and previous.partitions != self._partitions:
             self._fail(_mismatch(self._name, self._partitions, previous))
             await anyio.sleep_forever()
         owners = assign(previous.owners if previous else {}, ids, self._partitions)
-        if stored is not None and stored.owners == owners and len(_records(records)) == 1:
+        if stored is not None and stored.owners == owners and len(found) == 1:
             return True
         record = Record(self._partitions, tuple(ids), owners)
         membership = self._membership
         ops: list[Op] = [
             Check(membership.entry),
-            *(Remove(entry) for entry in _records(records)[-_REPLACED:]),
+            *(Remove(entry) for entry, _ in found[-_REPLACED:]),
             Create(
                 records_of(self._name),
                 _keys.new_waiter_id(),

@@ -24,6 +24,8 @@ from anyio.streams.text import TextReceiveStream
 import coord
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from anyio.abc import ObjectReceiveStream, ObjectSendStream, Process
 
 WORKERS = 3
@@ -81,17 +83,30 @@ async def watch_and_kill(receive: ObjectReceiveStream[str], processes: dict[str,
 
 
 async def main(url: str) -> None:
+    await run_workers(__file__, url, WORKERS, watch_and_kill, within=30)
+
+
+async def run_workers(
+    script: str,
+    url: str,
+    workers: int,
+    watch: Callable[[ObjectReceiveStream[str], dict[str, Process]], Awaitable[None]],
+    *,
+    within: float,
+) -> None:
+    """Start *workers* processes of *script* (``--worker URL worker-N``), run ``watch``
+    on their output lines (within *within* seconds), then stop them all."""
     send, receive = anyio.create_memory_object_stream[str](1000)
     processes: dict[str, Process] = {}
     try:
         async with anyio.create_task_group() as tg:
-            for number in range(WORKERS):
+            for number in range(workers):
                 name = f"worker-{number}"
-                command = [sys.executable, __file__, "--worker", url, name]
+                command = [sys.executable, script, "--worker", url, name]
                 processes[name] = await anyio.open_process(command, stderr=None)
                 tg.start_soon(lines, processes[name], send)
-            with anyio.fail_after(30):
-                await watch_and_kill(receive, processes)
+            with anyio.fail_after(within):
+                await watch(receive, processes)
             tg.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):

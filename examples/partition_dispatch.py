@@ -20,7 +20,6 @@ in per-customer order, and prints the throughput.
 
 from __future__ import annotations
 
-import contextlib
 import sqlite3
 import sys
 import tempfile
@@ -36,7 +35,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 import coord
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Callable, Sequence
 
     from aiokafka.structs import ConsumerRecord
 
@@ -222,18 +221,9 @@ async def main(url: str, bootstrap: str, directory: Path, jobs: int = JOBS) -> f
     return jobs / took
 
 
-@contextlib.contextmanager
-def servers(argv: list[str]) -> Iterator[tuple[str, str]]:
-    if len(argv) > 2:
-        yield argv[1], argv[2]
-        return
-    from coord.testing import EtcdServer, TansuBroker
-
-    with EtcdServer() as etcd, TansuBroker() as broker:
-        print(f"started a throwaway etcd at {etcd.endpoint} and a broker at {broker.bootstrap}")
-        yield etcd.url + "/demo", broker.bootstrap
-
-
 if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).parent))
+    from kafka_dispatch import servers
+
     with servers(sys.argv) as (store, brokers), tempfile.TemporaryDirectory() as tmp:
         anyio.run(main, store, brokers, Path(tmp), backend="asyncio")

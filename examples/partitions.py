@@ -118,28 +118,9 @@ async def watch_and_kill(receive: ObjectReceiveStream[str], processes: dict[str,
 
 async def main(url: str) -> None:
     sys.path.insert(0, os.path.dirname(__file__))
-    from leader import lines
+    from leader import run_workers
 
-    send, receive = anyio.create_memory_object_stream[str](1000)
-    processes: dict[str, Process] = {}
-    try:
-        async with anyio.create_task_group() as tg:
-            for number in range(WORKERS):
-                name = f"worker-{number}"
-                command = [sys.executable, __file__, "--worker", url, name]
-                processes[name] = await anyio.open_process(command, stderr=None)
-                tg.start_soon(lines, processes[name], send)
-            with anyio.fail_after(40):
-                await watch_and_kill(receive, processes)
-            tg.cancel_scope.cancel()
-    finally:
-        with anyio.CancelScope(shield=True):
-            for process in processes.values():
-                if process.returncode is None:
-                    process.terminate()
-                await process.aclose()  # waits for it to exit
-        send.close()
-        receive.close()
+    await run_workers(__file__, url, WORKERS, watch_and_kill, within=40)
 
 
 def run_worker(url: str, name: str) -> None:

@@ -11,26 +11,7 @@ import pytest
 
 from coord import ConfigurationError
 from coord._assign import MAX_PARTITIONS, Record, assign, check_partitions, partition_of
-
-
-def need(previous: dict[int, str], members: list[str], partitions: int) -> int:
-    """The fewest partitions that must change owner to reach a balance from *previous*:
-    those of no live member, plus every member's excess over the larger share when too
-    many members hold it (computed independently of ``assign``)."""
-    if not members:
-        return 0
-    counts = dict.fromkeys(members, 0)
-    orphans = 0
-    for p in range(partitions):
-        owner = previous.get(p)
-        if owner in counts:
-            counts[owner] += 1
-        else:
-            orphans += 1
-    share, extra = divmod(partitions, len(members))
-    ordered = sorted(counts.values(), reverse=True)
-    caps = [share + 1] * extra + [share] * (len(members) - extra)
-    return orphans + sum(max(0, have - cap) for have, cap in zip(ordered, caps, strict=True))
+from tests.faults._partition_checks import need
 
 
 def moves(previous: dict[int, str], now: dict[int, str]) -> int:
