@@ -1,7 +1,8 @@
-"""A holder whose event loop is blocked (a long synchronous call, a GC pause) while the
-network to the store is cut for longer than its TTL: the store expires its session and
-hands the lock on; then the loop runs again and the body ends with no further checkpoint.
-Shared by the etcd and ZooKeeper suites."""
+"""A holder whose event loop is blocked (a long synchronous call, a GC pause): while the
+network to the store is cut for longer than its TTL, the store expires its session and
+hands the lock on, and the body, when the loop runs again, ends with no further
+checkpoint; for less than what its session allows, the hold survives. Shared by the etcd
+and ZooKeeper suites."""
 
 from __future__ import annotations
 
@@ -46,3 +47,26 @@ async def holder_stalled_past_its_ttl(proxied_url: str, direct_url: str, proxy: 
         with anyio.fail_after(10):  # and the holder's client carries on
             async with holder.mutex("stalled"):
                 pass
+
+
+async def holder_stalled_within_its_ttl(url: str) -> None:
+    """The loop blocked for 0.6 TTL, twice: more than the 2/3 of the timeout a
+    ZooKeeper connection may go unanswered, less than what the store's session allows
+    (the last keepalive went out just before). The hold survives and the session is
+    the same: a stall of the client's own is not the server's silence (the connection
+    used to be dropped on waking, which voids every hold)."""
+    ttl = 3.0
+    async with coord.connect(url, ttl=ttl) as holder:
+        async with holder.mutex("stalled") as hold:
+            session = hold.session
+            # A first stall past a third of the TTL: every keepalive is due on waking,
+            # so the next stall begins with the session just renewed.
+            time.sleep(ttl / 3 + 0.2)  # noqa: ASYNC251  (a stall)
+            for _ in range(2):
+                await anyio.sleep(0.5)  # (the keepalives are answered)
+                time.sleep(0.6 * ttl)  # noqa: ASYNC251  (the stall under test)
+            await anyio.sleep(0.5)
+            assert not hold.lost
+        # (released without LockLost: the hold was never void, nor interrupted)
+        assert hold.session is session
+        assert holder.statistics().sessions_lost == 0

@@ -4,7 +4,9 @@ an "expired" answer to a resume, a refused auth packet."""
 
 from __future__ import annotations
 
+import math
 import struct
+import time
 from typing import TYPE_CHECKING, TypeAlias
 
 import anyio
@@ -213,6 +215,69 @@ async def test_pings_keep_a_quiet_session(tasks: anyio.abc.TaskGroup) -> None:
         assert zk.state is State.CONNECTED
         assert (await zk.get_data("/a"))[0] == b"data"
     assert server.connections == 1
+
+
+async def test_a_blocked_event_loop_is_not_the_servers_silence(
+    tasks: anyio.abc.TaskGroup,
+) -> None:
+    """The loop blocked for longer than the silence bound (2/3 of the timeout) but not the
+    timeout, three times: the connection stays (the server answers the ping sent after
+    each stall). It used to be dropped on waking, which voids every hold of the session
+    and lost the 10,000-waiter test its sessions on a loaded machine."""
+
+    async def answering(peer: Peer) -> None:
+        await peer.connect(timeout_ms=600)
+        await peer.serve_requests()
+
+    server = await start(tasks, answering)
+    states: list[State] = []
+    async with WireClient([("127.0.0.1", server.port)], session_timeout=0.6) as zk:
+        zk.add_listener(states.append)
+        for _ in range(3):
+            assert (await zk.get_data("/a"))[0] == b"data"
+            time.sleep(0.5)  # noqa: ASYNC251  (the stall under test)
+            await anyio.sleep(0.1)
+        assert zk.state is State.CONNECTED
+        assert (await zk.get_data("/a"))[0] == b"data"
+    assert server.connections == 1
+    assert states == [State.CLOSED]
+
+
+async def test_a_server_silent_after_a_stall_drops_the_connection(
+    tasks: anyio.abc.TaskGroup,
+) -> None:
+    """The ping sent after a stall is judged like any other: unanswered, the connection
+    drops a third of the timeout later."""
+    stalled = anyio.Event()
+
+    async def mute_after_the_stall(peer: Peer) -> None:
+        await peer.connect(timeout_ms=600)
+        with anyio.move_on_after(math.inf) as serving:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(peer.serve_requests)
+                await stalled.wait()
+                serving.cancel()
+        while True:
+            await peer.frame()
+
+    server = await start(tasks, mute_after_the_stall)
+    states: list[State] = []
+    dropped = anyio.Event()
+
+    def listen(state: State) -> None:
+        states.append(state)
+        dropped.set()
+
+    async with WireClient([("127.0.0.1", server.port)], session_timeout=0.6) as zk:
+        zk.add_listener(listen)
+        assert (await zk.get_data("/a"))[0] == b"data"
+        stalled.set()
+        time.sleep(0.5)  # noqa: ASYNC251  (the stall)
+        woke = anyio.current_time()
+        with anyio.fail_after(5):
+            await dropped.wait()
+        assert states[0] is State.SUSPENDED
+        assert anyio.current_time() - woke >= 0.15  # the fresh ping had its third
 
 
 async def test_refused_credentials_end_the_session(tasks: anyio.abc.TaskGroup) -> None:

@@ -15,7 +15,7 @@ from coord.testing import TcpProxy, wait_for_no_waiters
 from coord.testing._faults import _wait_for_queue as wait_for_queue
 from coord.testing.pytest_plugin import fresh_namespace
 
-from .._stall import holder_stalled_past_its_ttl
+from .._stall import holder_stalled_past_its_ttl, holder_stalled_within_its_ttl
 
 if TYPE_CHECKING:
     from coord.testing import EtcdServer
@@ -149,3 +149,7 @@ async def test_an_outage_shorter_than_the_ttl_logs_two_lines(
     count = int(renewed.split("after ")[1].split()[0])
     assert count >= 5, renewed  # attempts folded into the two lines
     assert len(lines) <= 4, lines
+
+
+async def test_a_holder_stalled_within_its_ttl_keeps_its_hold(etcd_server: EtcdServer) -> None:
+    await holder_stalled_within_its_ttl(f"{etcd_server.url}/{fresh_namespace()}")

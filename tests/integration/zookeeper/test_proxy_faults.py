@@ -14,7 +14,7 @@ import coord
 from coord.testing import TcpProxy, wait_for_waiters
 from coord.testing.pytest_plugin import fresh_namespace
 
-from .._stall import holder_stalled_past_its_ttl
+from .._stall import holder_stalled_past_its_ttl, holder_stalled_within_its_ttl
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -106,3 +106,9 @@ async def test_an_outage_is_a_few_lines_with_a_count(
     back = [line for line in visible if "is back after" in line]
     assert len(back) == 1, visible
     assert f"({len(failed)} failed attempts)" in back[0], (back, len(failed))
+
+
+async def test_a_holder_stalled_within_its_ttl_keeps_its_hold(
+    zookeeper_server: ZooKeeperServer,
+) -> None:
+    await holder_stalled_within_its_ttl(f"{zookeeper_server.url}/{fresh_namespace()}")

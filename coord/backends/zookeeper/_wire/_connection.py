@@ -9,7 +9,8 @@
   (:mod:`._pending`), fires watch events (:mod:`._watches`) and records the zxid.
 * **Liveness**: a ping every third of the negotiated session timeout; a connection the
   server has not answered on for two thirds of it is dropped, as kazoo and the Java
-  client do, which leaves a third to resume the session elsewhere.
+  client do, which leaves a third to resume the session elsewhere. After the event loop
+  was blocked, a fresh ping is given a third of the timeout to be answered first.
 
 The connection ends when any of its tasks fails (end of stream, a socket error, a
 protocol error, silence) or :meth:`Connection.drop` is called: every request in flight
@@ -169,17 +170,32 @@ class Connection:
             await self._stream.send(packet if len(batch) == 1 else b"".join(batch))
 
     async def _keepalive(self) -> None:
+        # The server is silent when nothing was read for two thirds of the timeout and a
+        # ping sent a third of it ago is still unanswered (in a running loop the second
+        # follows from the first: a ping goes out every third). A loop that was blocked (a
+        # long synchronous call, ten thousand tasks started at once) wakes this task late:
+        # its stall is not the server's silence, and a session the server still holds
+        # must not be dropped for it. It pings at once and gives the answer a third.
         interval, silence = self._timeout / 3, self._timeout * 2 / 3
-        next_ping = anyio.current_time() + interval
+        now = anyio.current_time()
+        next_ping = wake = now + interval
+        asked = math.inf  # when the first ping since the last byte read went out
         while True:
             now = anyio.current_time()
-            deadline = self.last_heard + silence
-            if now >= deadline:
-                raise kz.ConnectionLoss(f"the server did not answer for {silence:.3g}s")
+            if now - wake > interval / 4:
+                next_ping, asked = now, math.inf  # a stall: judge from a fresh ping
+            elif asked <= self.last_heard:
+                asked = math.inf
+            if now >= self.last_heard + silence and now >= asked + interval:
+                raise kz.ConnectionLoss(
+                    f"the server did not answer for {now - self.last_heard:.3g}s"
+                )
             if now >= next_ping:
                 self._outbox.send_nowait(_PING)
                 next_ping = now + interval
-            await anyio.sleep(min(next_ping, deadline) - now)
+                asked = min(asked, now)
+            wake = min(next_ping, max(self.last_heard + silence, asked + interval))
+            await anyio.sleep(wake - now)
 
     async def _read(self) -> None:
         for frame in self._early:
