@@ -50,11 +50,12 @@ async def holder_stalled_past_its_ttl(proxied_url: str, direct_url: str, proxy: 
 
 
 async def holder_stalled_within_its_ttl(url: str) -> None:
-    """The loop blocked for 0.6 TTL, twice: more than the 2/3 of the timeout a
-    ZooKeeper connection may go unanswered, less than what the store's session allows
-    (the last keepalive went out just before). The hold survives and the session is
-    the same: a stall of the client's own is not the server's silence (the connection
-    used to be dropped on waking, which voids every hold)."""
+    """The loop blocked for 0.6 TTL, twice, each 0.5 s after the last answer: more than
+    the 2/3 of the timeout a ZooKeeper connection may go unanswered, counted from that
+    answer; less than what the store's session allows (the keepalives went out when the
+    loop last ran). The hold survives and the session is the same: a stall of the
+    client's own is not the server's silence (the connection used to be dropped on
+    waking, which voids every hold)."""
     ttl = 3.0
     async with coord.connect(url, ttl=ttl) as holder:
         async with holder.mutex("stalled") as hold:

@@ -26,6 +26,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.lowlevel
 from anyio.abc import SocketAttribute
 from kazoo import exceptions as kz
 from kazoo.protocol.serialization import Auth, Exists, PingInstance, Watch
@@ -175,21 +176,30 @@ class Connection:
         # follows from the first: a ping goes out every third). A loop that was blocked (a
         # long synchronous call, ten thousand tasks started at once) wakes this task late:
         # its stall is not the server's silence, and a session the server still holds
-        # must not be dropped for it. It pings at once and gives the answer a third.
+        # must not be dropped for it. It pings at once and gives the answer a third; once
+        # only until something is read, so that a loop late at every wake still finds a
+        # dead server out.
         interval, silence = self._timeout / 3, self._timeout * 2 / 3
         now = anyio.current_time()
         next_ping = wake = now + interval
         asked = math.inf  # when the first ping since the last byte read went out
+        forgiven = False  # a stall was forgiven since the last byte read
         while True:
             now = anyio.current_time()
-            if now - wake > interval / 4:
-                next_ping, asked = now, math.inf  # a stall: judge from a fresh ping
-            elif asked <= self.last_heard:
-                asked = math.inf
+            if asked <= self.last_heard:
+                asked, forgiven = math.inf, False
+            if now - wake > interval / 4 and not forgiven:
+                next_ping, asked, forgiven = now, math.inf, True  # judge from a fresh ping
             if now >= self.last_heard + silence and now >= asked + interval:
-                raise kz.ConnectionLoss(
-                    f"the server did not answer for {now - self.last_heard:.3g}s"
-                )
+                # The reader's turns first: an answer may have come in while the loop
+                # was blocked.
+                await anyio.lowlevel.checkpoint()
+                await anyio.lowlevel.checkpoint()
+                if asked > self.last_heard:
+                    raise kz.ConnectionLoss(
+                        f"the server did not answer for {now - self.last_heard:.3g}s"
+                    )
+                continue
             if now >= next_ping:
                 self._outbox.send_nowait(_PING)
                 next_ping = now + interval
