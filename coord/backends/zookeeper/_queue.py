@@ -284,8 +284,10 @@ class Queues:
         """My position among the waiter nodes of the queue's node and of its shards;
         None if an entry ahead left meanwhile (locate again).
 
-        The queue's node is listed first, then my shard (pipelined: one round trip),
-        then, only as far as needed, the shards below mine, highest first. Entries
+        The queue's node is listed first, then my shard (pipelined: one round trip; a
+        node of mine that is not in a shard lists it only if the node's listing shows
+        it: a short queue has none, and a wake-up then costs one request), then, only as
+        far as needed, the shards below mine, highest first. Entries
         ahead are never created after mine (sequence numbers only grow), and one moved
         into a shard leaves the node and enters the shard in one transaction: so the
         listings, read in that order, miss none of them.
@@ -297,8 +299,13 @@ class Queues:
         if sequence is None:
             raise EntryGoneError(f"{mine.key} is not a waiter entry")
         mine_dir = shard_dir(sequence)
-        if listing is None:
+        if listing is None and is_sharded(name):  # then my node is in my shard
             listing, shard = await self._list_many([node, f"{node}/{mine_dir}"])
+        elif listing is None:
+            listing = await self.children(node)
+            shard = None
+            if listing is not None and mine_dir in listing[0]:
+                shard = (await self._list_many([f"{node}/{mine_dir}"]))[0]
         elif is_sharded(name) or mine_dir in listing[0]:
             shard = (await self._list_many([f"{node}/{mine_dir}"]))[0]
         else:
