@@ -4,7 +4,7 @@ leases, plain keys, trio, and what it leaves behind."""
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
@@ -12,6 +12,7 @@ import pytest
 import coord
 from coord.abc import ChangeKind, Entry
 from coord.backends.zookeeper import ZooKeeperBackend
+from coord.backends.zookeeper._wire._connection import Connection
 from coord.testing import ZooKeeperServer, drop_key, wait_for_waiters
 
 from ._support import backend_of, raw_client
@@ -130,6 +131,59 @@ async def test_wait_deleted_returns_at_once_and_leaves_no_listener(
             await backend.wait_deleted([held.entry.key], revision=held.revision)
         assert scope.cancelled_caught
     assert not any(registry._listeners.values())
+
+
+async def test_an_exclusive_registration_arms_the_watch_its_wait_needs(
+    backend: ZooKeeperBackend, other: coord.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read of the one entry ahead of an exclusive waiter arms its data watch: the
+    wait sends no request of its own, and a predecessor gone before the wait began (its
+    watch fired with no listener yet) still ends the wait at once."""
+    lease = backend._lease
+    assert lease is not None
+    client = backend._conn.client
+    assert client is not None
+    ahead = await backend_of(other).register("armed/", f"@{uuid.uuid4().hex}", other.session.lease)
+    mine = await backend.register("armed/", f"@{uuid.uuid4().hex}", lease, ahead=1)
+    assert [e.key for e in mine.ahead] == [ahead.entry.key]
+    path = backend._paths.path(ahead.entry.key)
+    assert client.data_watched(path, backend._watches.data_watcher)
+    sent: list[str] = []
+    real = Connection.submit
+
+    def counting(self: Connection, request: Any, arming: Any = None) -> Any:
+        sent.append(type(request).__name__)
+        return real(self, request, arming)
+
+    monkeypatch.setattr(Connection, "submit", counting)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            woken = anyio.Event()
+
+            async def wait() -> None:
+                await backend.wait_deleted([ahead.entry.key], revision=mine.revision)
+                woken.set()
+
+            tg.start_soon(wait)
+            await anyio.sleep(0.1)
+            assert not woken.is_set()
+            assert "GetData" not in sent, sent  # (the wait sent no read)
+            await drop_key(other, ahead.entry.key)
+        # Gone before the wait: the watch fired with nobody listening; the wait reads.
+        ahead = await backend_of(other).register(
+            "armed/", f"@{uuid.uuid4().hex}", other.session.lease
+        )
+        mine2 = await backend.register("armed/", f"@{uuid.uuid4().hex}", lease, ahead=1)
+        assert [e.key for e in mine2.ahead] == [ahead.entry.key]
+        path = backend._paths.path(ahead.entry.key)
+        fired = anyio.Event()
+        with backend._watches.listening("data", [path], fired.set):
+            await drop_key(other, ahead.entry.key)
+            await fired.wait()
+        assert not client.data_watched(path, backend._watches.data_watcher)
+        await backend.wait_deleted([ahead.entry.key], revision=mine2.revision)
+    await backend.delete(mine.entry)
+    await backend.delete(mine2.entry)
 
 
 async def test_one_lease_per_backend(zookeeper_server: ZooKeeperServer) -> None:

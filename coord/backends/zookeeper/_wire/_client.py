@@ -341,6 +341,11 @@ class WireClient(AsyncResource):
         reply.convert = _data_and_stat
         return reply
 
+    def data_watched(self, path: str, watch: WatchCallback) -> bool:
+        """Whether a data watch on *path* with *watch* is armed (its read answered) and has
+        not fired yet: another read to arm it would be redundant. Not a checkpoint."""
+        return self._session.watches.armed(Kind.DATA, self._path(path), watch)
+
     def get_children_nowait(self, path: str, watch: WatchCallback | None = None) -> Reply:
         """:meth:`get_children` with ``include_data``, sent now; the Reply settles with
         ``(children, stat)``. Not a checkpoint.

@@ -120,6 +120,13 @@ class Watches:
         elif present != callback:
             table[arming.path] = {present: None, callback: None}
 
+    def armed(self, kind: Kind, path: str, callback: WatchCallback) -> bool:
+        """Whether a watch of *kind* on *path* with *callback* is armed and has not fired."""
+        present = self._tables[kind].get(path)
+        return present is not None and (
+            callback in present if isinstance(present, dict) else present == callback
+        )
+
     def paths(self) -> tuple[list[str], list[str], list[str]]:
         """The watched paths, by kind (data, exist, child), for SetWatches."""
         return tuple(list(self._tables[k]) for k in Kind)  # type: ignore[return-value]
