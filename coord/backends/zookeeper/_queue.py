@@ -113,6 +113,9 @@ class Queues:
         self._watches = watches
         # prefix + waiter id of the registrations that did not answer (see register)
         self._unanswered: set[str] = set()
+        # The queue nodes whose last listing here had shards: a wake-up there lists the
+        # node and the waiter's shard together (one round trip), as a long queue needs.
+        self._sharded: set[str] = set()
 
     # -- reading --------------------------------------------------------------------------
 
@@ -293,9 +296,10 @@ class Queues:
         None if an entry ahead left meanwhile (locate again).
 
         The queue's node is listed first, then my shard (pipelined: one round trip; a
-        node of mine that is not in a shard lists it only if the node's listing shows
-        it: a short queue has none, and a wake-up then costs one request), then, only as
-        far as needed, the shards below mine, highest first. Entries
+        node of mine that is not in a shard, in a queue whose last listing had no
+        shards, lists it only if the node's listing shows it: a short queue has none,
+        and a wake-up then costs one request), then, only as far as needed, the shards
+        below mine, highest first. Entries
         ahead are never created after mine (sequence numbers only grow), and one moved
         into a shard leaves the node and enters the shard in one transaction: so the
         listings, read in that order, miss none of them.
@@ -307,7 +311,7 @@ class Queues:
         if sequence is None:
             raise EntryGoneError(f"{mine.key} is not a waiter entry")
         mine_dir = shard_dir(sequence)
-        if listing is None and is_sharded(name):  # then my node is in my shard
+        if listing is None and (is_sharded(name) or node in self._sharded):
             listing, shard = await self._list_many([node, f"{node}/{mine_dir}"])
         elif listing is None:
             listing = await self.children(node)
@@ -321,6 +325,10 @@ class Queues:
         if listing is None or name not in (shard[0] if is_sharded(name) and shard else listing[0]):
             raise EntryGoneError(f"{mine.key} no longer exists")
         children, pzxid = listing
+        if any(shard_index(child) is not None for child in children):
+            self._sharded.add(node)
+        else:
+            self._sharded.discard(node)
         before = waiters_before(children, sequence, kind)
         if shard is not None:
             before += waiters_before(shard[0], sequence, kind)

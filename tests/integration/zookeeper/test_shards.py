@@ -362,3 +362,44 @@ async def test_a_group_watch_sees_a_sharded_member_leave_and_ids_stay_put(
                 second = await anext(watch)
                 assert [m.id for m in second] == [m.id for m in memberships[:-1]]
                 tg.cancel_scope.cancel()
+
+
+async def test_a_wake_up_in_a_sharded_queue_lists_the_node_and_its_shard_together(
+    client: coord.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A waiter near the head of a long queue, whose own node was never moved, lists the
+    queue's node and its shard in one round trip, as the queue is known to have shards;
+    not one after the other (a short queue lists the node alone)."""
+    gate = client.mutex("w")
+    await gate.acquire()
+    count = 2 * SHARD
+    served = anyio.Event()
+
+    async def waiter(i: int) -> None:
+        async with client.mutex("w"):
+            if i == 0:
+                served.set()
+
+    backend = backend_of(client)
+    rounds: list[list[str]] = []
+    real = backend._queues._list_many
+
+    async def recording(paths: Any) -> Any:
+        rounds.append(list(paths))
+        return await real(paths)
+
+    async with anyio.create_task_group() as tg:
+        await queue_in_order(tg, client, "w", count, waiter)
+        assert not _paths.is_sharded(
+            (await client.backend.entries("w/", limit=2)).entries[1].key.rpartition("/")[2]
+        ), "the first waiter's node is in the queue's node"
+        monkeypatch.setattr(backend._queues, "_list_many", recording)
+        await gate.release()
+        with anyio.fail_after(10):
+            await served.wait()
+        monkeypatch.undo()
+        tg.cancel_scope.cancel()
+    node = backend._paths.parent("w/")
+    assert rounds, "no listing"
+    assert rounds[0][0] == node, rounds
+    assert len(rounds[0]) == 2, rounds
