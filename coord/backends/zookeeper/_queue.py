@@ -83,7 +83,7 @@ _READS = 256
 _CREATE_ATTEMPTS = 3
 #: A waiter registered with this many waiter nodes ahead of it in the queue's own node
 #: is moved into its shard (see the module's docstring).
-SHARD_AFTER = 64
+SHARD_AFTER = 256
 
 
 def _earlier_twin(children: list[str], waiter_id: str, name: str) -> bool:

@@ -1,4 +1,5 @@
-"""A long queue: 300 waiters on one mutex, each release costing O(1) server packets."""
+"""Long queues on one mutex (past the length that shards them, and twice that), each
+release costing O(1) server packets."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import anyio
 import pytest
 
 import coord
+from coord.backends.zookeeper._queue import SHARD_AFTER
 from coord.backends.zookeeper._wire._connection import Connection
 from coord.testing import ZooKeeperServer, wait_for_waiters
 
@@ -19,7 +21,7 @@ _SENT = re.compile(r"sent=(\d+),sid=")
 
 
 @pytest.mark.usefixtures("guard_at_once")
-async def test_300_waiters_each_release_costs_the_same_packets(
+async def test_long_queues_each_release_costs_the_same_packets(
     zookeeper_server: ZooKeeperServer, zookeeper_url: str
 ) -> None:
     """Every packet the server sends to the clients (replies, watch events, pings) is
@@ -32,10 +34,11 @@ async def test_300_waiters_each_release_costs_the_same_packets(
     ):
         # Both queues are long enough to have shards (a handoff in one lists the
         # waiter's shard too: one reply more than in a short queue, whatever its length).
-        for queue in (100, 300):
+        short, long = SHARD_AFTER + 50, 2 * SHARD_AFTER + 100
+        for queue in (short, long):
             costs[queue] = await _cost_per_handoff(zookeeper_server, holders, waiters, queue)
-    assert costs[300] <= costs[100] + 1, f"packets per release grew with the queue: {costs}"
-    assert costs[300] <= 8, costs  # delete reply, 1-2 watch events, two listings
+    assert costs[long] <= costs[short] + 1, f"packets per release grew with the queue: {costs}"
+    assert costs[long] <= 8, costs  # delete reply, 1-2 watch events, two listings
 
 
 async def _cost_per_handoff(
