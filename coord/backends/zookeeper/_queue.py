@@ -440,8 +440,8 @@ class Queues:
                 listing = None
             if listing is not None and not any(shard_index(c) is not None for c in listing[0]):
                 # The one entry an exclusive waiter waits for is read with its watch
-                # armed: the wait that follows sends nothing (6 requests a contended
-                # acquisition instead of 7).
+                # armed: the wait that follows sends nothing (5 requests a contended
+                # acquisition instead of 6).
                 exclusive = ahead == 1 and kind is None and session_id != 0
                 position = await self.place(mine, *listing, ahead, known, kind, watch=exclusive)
             else:  # shards: entries ahead may be in them
