@@ -325,7 +325,8 @@ class Queues:
         if listing is None or name not in (shard[0] if is_sharded(name) and shard else listing[0]):
             raise EntryGoneError(f"{mine.key} no longer exists")
         children, pzxid = listing
-        if any(shard_index(child) is not None for child in children):
+        shards = [i for i in map(shard_index, children) if i is not None]
+        if shards:
             self._sharded.add(node)
         else:
             self._sharded.discard(node)
@@ -333,9 +334,7 @@ class Queues:
         if shard is not None:
             before += waiters_before(shard[0], sequence, kind)
         block = sequence // SHARD
-        lower = sorted(
-            (i for i in map(shard_index, children) if i is not None and i < block), reverse=True
-        )
+        lower = sorted((i for i in shards if i < block), reverse=True)
         # A lower shard holds only numbers below (its block + 1) * SHARD: list them,
         # highest first, until the nearest `ahead` are known (all of them for None).
         while lower and (
