@@ -7,7 +7,8 @@ The algorithm of etcd's ``concurrency.Mutex`` and Curator's lock internals, writ
    id per attempt) and reads the nearest entries ahead of it (as many as the rule needs);
 2. *wait*: while the rule names entries I must outlive, wait for the deletion of one of
    those (never of the whole queue: a release wakes only the waiters it concerns), then
-   re-read my position, which also checks that my entry still exists (etcd #11456);
+   re-read my position, which also checks that my entry still exists (etcd #11456),
+   unless the backend proves from that deletion that I am first now;
 3. *grant*: my entry's creation revision is the fencing token; the :class:`~coord.Hold`
    watches my entry and the session from registration on, so that a loss cancels the
    wait, or later the holder's body.
@@ -128,6 +129,9 @@ async def _queue(
     hold = hold_type(name, session, position)
     backend = session.backend
     ahead, kind = rule.ahead, rule.kind
+    # An exclusive waiter's backend may prove from the deletion it saw that my entry is
+    # the first now (etcd: the hand-over of its _queue.py), sparing the read after it.
+    exclusive = rule == EXCLUSIVE
     # Each store call is awaited directly, and the session's retry (a frame, a partial)
     # made only after an outage: a waiter's memory is mostly what it waits with.
     try:
@@ -143,13 +147,19 @@ async def _queue(
                     if not blockers:  # interrupted: grant nothing until it resumes
                         await session.lease.wait_resumed()
                     else:
+                        mine = position.entry if exclusive else None
                         try:
-                            await backend.wait_deleted(blockers, revision=position.revision)
+                            proven = await backend.wait_deleted(
+                                blockers, revision=position.revision, entry=mine
+                            )
                         except BackendUnavailable as exc:
                             wait = partial(
                                 backend.wait_deleted, blockers, revision=position.revision
                             )
-                            await session.retry(wait, failed=exc)
+                            proven = await session.retry(wait, failed=exc)
+                        if proven is not None:
+                            position = proven
+                            continue
                     try:
                         position = await backend.position(position.entry, ahead=ahead, kind=kind)
                     except BackendUnavailable as exc:

@@ -334,13 +334,21 @@ class Backend(AsyncResource):
         """
 
     @abstractmethod
-    async def wait_deleted(self, keys: Sequence[str], *, revision: int) -> None:
+    async def wait_deleted(
+        self, keys: Sequence[str], *, revision: int, entry: Entry | None = None
+    ) -> Position | None:
         """Return once one of *keys* may have been deleted after *revision*, the store
         revision at which the caller read them (they existed then).
 
         Returns at once if that deletion already happened. May return spuriously (after
         a watch could not be resumed, or a ZooKeeper disconnect): callers re-check with
         :meth:`position`. Waits on the store's watch; never polls.
+
+        *entry*, if given, is the caller's own waiter entry, registered with ``ahead=1``
+        and no *kind* (an exclusive waiter), and *keys* the one entry right ahead of it.
+        A backend that can then prove from what it saw that *entry* is now the first
+        entry of its queue returns that position (nothing ahead, at the revision of the
+        proof), sparing the caller its :meth:`position` read; None means "read".
         """
 
     @abstractmethod

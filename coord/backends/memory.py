@@ -256,11 +256,13 @@ class MemoryBackend(Backend):
         await checkpoint()
         return position
 
-    async def wait_deleted(self, keys: Sequence[str], *, revision: int) -> None:
+    async def wait_deleted(
+        self, keys: Sequence[str], *, revision: int, entry: Entry | None = None
+    ) -> Position | None:
         await self._enter(*keys)
         if any(key not in self.store._kv for key in keys):
             await checkpoint()
-            return
+            return None
         event = anyio.Event()
         for key in keys:
             self.store._deleted.setdefault(key, []).append(event.set)
@@ -269,6 +271,7 @@ class MemoryBackend(Backend):
         finally:
             for key in keys:
                 _forget(self.store._deleted, key, event.set)
+        return None  # the caller reads its position: this store proves nothing
 
     def guard(
         self, key: str, *, revision: int, on_change: Callable[[], None]

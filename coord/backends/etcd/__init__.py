@@ -10,8 +10,10 @@ The lock algorithm of etcd's own ``client/v3/concurrency``:
 * position — ``If(CreateRevision(key) == mine) Then(Range(queue, max_create_revision =
   mine - 1, newest first, limit n))``: the nearest entries ahead, *and* a check that my key
   still exists (etcd #11456), in one round trip;
-* wait — a watch on exactly the predecessor (and my own key) from the revision of that
-  read, deletes only; a release wakes one waiter;
+* wait — a watch on exactly the predecessor, deletes only; a release wakes one waiter.
+  An exclusive waiter watches from its predecessor's key to its own: the predecessor
+  deleted together with the waiter's link proves it is the first now, with no read
+  (``_queue.py``);
 * delete — ``If(CreateRevision(key) == mine) Then(Delete(key))`` (etcd #22082).
 
 Keys are ``<namespace>/<name>/@<waiter id>``. Queues are ranges ``<prefix>@`` .. so that a
@@ -48,7 +50,7 @@ from ._kv import (
     range_end,
 )
 from ._lease import grant
-from ._queue import Queues, fence_revision, order_of, queue_range
+from ._queue import Queues, entries_of, fence_revision, link_key, order_key, order_of, queue_range
 from ._register import Registrar
 from ._watch import WatchCompacted, WatchStream
 
@@ -273,7 +275,7 @@ class EtcdBackend(Backend):
             if not kvs:
                 raise EntryGoneError(f"{prefix + waiter_id} vanished during registration")
             return await self.position(self._entry(kvs[0]), ahead=ahead, kind=kind)
-        kvs = list(reply.responses[1].response_range.kvs)
+        kvs = entries_of(reply.responses[1].response_range.kvs)
         mine = self._entry(kvs.pop(0) if counted else reply.responses[-1].response_range.kvs[0])
         if ahead == 0:
             kvs = []
@@ -300,10 +302,12 @@ class EtcdBackend(Backend):
         )
         if not reply.succeeded:
             raise EntryGoneError(f"{entry.key} no longer exists")
-        kvs = reply.responses[0].response_range.kvs if ops else ()
+        kvs = entries_of(reply.responses[0].response_range.kvs) if ops else ()
         return Position(entry, tuple(self._entry(kv) for kv in kvs), reply.header.revision)
 
-    async def wait_deleted(self, keys: Sequence[str], *, revision: int) -> None:
+    async def wait_deleted(
+        self, keys: Sequence[str], *, revision: int, entry: Entry | None = None
+    ) -> Position | None:
         # One deletes-only guard per key and one future (this backend is asyncio's: a
         # future is a tenth of an anyio.Event, and a waiter's memory is mostly what it
         # waits with): no task, no buffer per key.
@@ -328,16 +332,38 @@ class EtcdBackend(Backend):
             if pending[0] <= 0 and not created.done():
                 created.set_result(pending[1])
 
-        guards = [
-            self._watches.guard(
-                self._key(key), start_revision=0, on_change=wake, on_created=on_created
+        span = self._handed_span(keys, entry)
+        proof: list[int] = []  # the revision at which *entry* became the first
+        if span is None:
+            guards = [
+                self._watches.guard(
+                    self._key(key), start_revision=0, on_change=wake, on_created=on_created
+                )
+                for key in keys
+            ]
+        else:
+            # One watch from the key ahead to mine: its deletion, my link's, mine.
+            ahead, link, mine = span
+
+            def look(events: Any) -> None:
+                at = events[0].kv.mod_revision  # one revision's deletes, all in one response
+                gone = {bytes(e.kv.key) for e in events if e.kv.mod_revision == at}
+                if ahead in gone and link in gone and mine not in gone:
+                    proof.append(at)
+
+            guard = self._watches.guard(
+                ahead,
+                range_end=mine + b"\0",
+                start_revision=0,
+                on_change=wake,
+                on_created=on_created,
+                on_events=look,
             )
-            for key in keys
-        ]
+            guards = [guard]
         try:
             await asyncio.wait((woken, created), return_when=asyncio.FIRST_COMPLETED)
             if not woken.done() and created.result() > revision and await self._any_gone(keys):
-                return
+                return None
             await woken
         finally:
             created.cancel()
@@ -348,6 +374,26 @@ class EtcdBackend(Backend):
             # is an error, or the caller's loop would spin on it.
             if guard.error is not None and not isinstance(guard.error, WatchCompacted):
                 raise guard.error
+        if proof and entry is not None:
+            return Position(entry, (), proof[0])
+        return None
+
+    def _handed_span(
+        self, keys: Sequence[str], entry: Entry | None
+    ) -> tuple[bytes, bytes, bytes] | None:
+        """(the key ahead, my link, my key) if the deletion of the one key ahead can hand
+        the queue to *entry* (an exclusive waiter's, numbered right after it)."""
+        if entry is None or len(keys) != 1:
+            return None
+        mine, before = order_of(entry.key), order_of(keys[0])
+        if mine is None or before != mine - 1:
+            return None
+        key = self._key(entry.key)
+        pk = key[: key.rindex(b"/") + 1]
+        ahead = self._key(keys[0])
+        if not ahead.startswith(order_key(pk, before)):
+            return None
+        return ahead, link_key(pk, mine), key
 
     async def _any_gone(self, keys: Sequence[str]) -> bool:
         """Whether one of *keys* no longer exists (one read of them all)."""
@@ -523,12 +569,24 @@ class EtcdBackend(Backend):
 
     async def entries(self, prefix: str, *, limit: int | None = None) -> Listing:
         start, end = self._queue_range(prefix)
-        request = rpc.RangeRequest(
-            key=start, range_end=end, sort_order=_ASCEND, sort_target=_BY_CREATE, limit=limit or 0
-        )
-        reply = await self._conn.call("list", lambda c: c.kv.Range, request)
+        # Links (_queue.py) are no entries: a waiter may bring one, so twice as many keys
+        # are read, and all of them if that found too few.
+        wanted = limit or 0
+        while True:
+            request = rpc.RangeRequest(
+                key=start,
+                range_end=end,
+                sort_order=_ASCEND,
+                sort_target=_BY_CREATE,
+                limit=2 * wanted,
+            )
+            reply = await self._conn.call("list", lambda c: c.kv.Range, request)
+            found = entries_of(reply.kvs)
+            if not wanted or len(found) >= wanted or len(reply.kvs) < 2 * wanted:
+                break
+            wanted = 0
         # Waiters registered by one batch share a create revision: their keys order them.
-        kvs = sorted(reply.kvs, key=lambda kv: (kv.create_revision, kv.key))
+        kvs = sorted(found, key=lambda kv: (kv.create_revision, kv.key))[: limit or None]
         return Listing(tuple(self._entry(kv) for kv in kvs), reply.header.revision)
 
     async def names(self, prefix: str = "") -> list[str]:
@@ -537,7 +595,7 @@ class EtcdBackend(Backend):
         start, end = (start, range_end(start)) if start else (b"\0", b"\0")
         request = rpc.RangeRequest(key=start, range_end=end, keys_only=True)
         reply = await self._conn.call("list", lambda c: c.kv.Range, request)
-        keys = _decoded(bytes(kv.key)[len(self._root) :] for kv in reply.kvs)
+        keys = _decoded(bytes(kv.key)[len(self._root) :] for kv in entries_of(reply.kvs))
         return _keys.names_of(keys, prefix)
 
     @asynccontextmanager

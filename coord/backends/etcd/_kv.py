@@ -20,7 +20,9 @@ _CREATE = rpc.Compare.CompareTarget.Value("CREATE")
 _MOD = rpc.Compare.CompareTarget.Value("MOD")
 _LEASE = rpc.Compare.CompareTarget.Value("LEASE")
 _VALUE = rpc.Compare.CompareTarget.Value("VALUE")
+_VERSION = rpc.Compare.CompareTarget.Value("VERSION")
 _EQUAL = rpc.Compare.CompareResult.Value("EQUAL")
+_GREATER = rpc.Compare.CompareResult.Value("GREATER")
 _DESCEND = rpc.RangeRequest.SortOrder.Value("DESCEND")
 _ASCEND = rpc.RangeRequest.SortOrder.Value("ASCEND")
 _BY_CREATE = rpc.RangeRequest.SortTarget.Value("CREATE")
@@ -55,6 +57,8 @@ class Changes:
             while not self._pending:
                 self._pending.extend(await self._watch.__anext__())
             event = self._pending.popleft()
+            if event.kv.key.endswith(b"\0"):  # a waiter's link (_queue.py): no entry
+                continue
             entry = self._to_entry(event.kv)
             if event.type == _DELETE:
                 return Change(ChangeKind.DELETE, Entry(entry.key), event.kv.mod_revision)

@@ -11,6 +11,13 @@ newest one. Under a prefix ``P`` (ending in ``/``):
   waiter that took it;
 * ``P@<order, 16 hex digits><waiter id>`` — a waiter entry bound to a lease. Key order is
   queue order, so the entries ahead of mine are a key range that ends at mine;
+* ``P@<order>\\0`` — the *link* of an exclusive waiter (a mutex's, a writer's), bound
+  to its lease: it sorts right before the waiter's key, after everything ahead of it.
+  Whoever deletes the first entry of the queue deletes the link numbered right after
+  it in the same transaction; so a waiter that sees the entry right ahead of it
+  deleted *together with its own link*, at one revision, knows that it is the first
+  entry now, with no read (see :func:`drop_ops`, and ``wait_deleted`` of the backend).
+  Links are no entries: every read of the queue skips them;
 * ``P<waiter id>`` — a durable entry (a queued job): no order number, listed by creation
   revision as before.
 
@@ -26,8 +33,9 @@ entry's creation order (:attr:`Entry.revision`, its fence) is its store revision
 of 64 numbers), strictly increasing along the queue and over time.
 
 * **register** (``_register.py``) — one transaction per batch of one client's waiters on
-  one prefix (those that arrived while the previous batch was in flight, up to 64):
-  ``If(Mod(tail) == m) Then(Put(tail, n+k), Put(key n+1) .. Put(key n+k), Range(order n))``.
+  one prefix (those that arrived while the previous batch was in flight, up to 62):
+  ``If(Mod(tail) == m) Then(Put(tail, n+k), Put(key n+1) .. Put(key n+k), Range(order n))``
+  (and the links of the exclusive waiters: at most 62 waiters, for etcd's 128 operations).
   The range holds at most one key: the predecessor of the batch's first waiter, if it is
   still there; each next waiter's is the one before it in the batch. Another client's
   registration in between fails the compare, and the answer carries the tail: the batch
@@ -40,8 +48,9 @@ of 64 numbers), strictly increasing along the queue and over time.
   #11456), and the queue's first key. Only after a waiter ahead left out of turn, a window
   of 64 order numbers, and then the keys ahead sorted by key: the entries *ahead*, never
   those behind.
-* **delete** — the waiter's key, and the tail with it if it is the newest waiter: nothing
-  is left once the queue is empty.
+* **delete** — the waiter's key and its link, the tail with them if it is the newest
+  waiter (nothing is left once the queue is empty), and, if nothing of the queue lies
+  ahead of it, the link numbered right after it: the hand-over.
 
 The store's work per registration and per handoff is thus independent of the queue's
 length; a semaphore's or a read lock's reader's read of the n nearest entries still costs
@@ -57,7 +66,7 @@ from aetcd import rpc
 from ..._exceptions import EntryGoneError
 from ..._keys import ORDER_DIGITS, WAITER_MARK, split_order, waiter_id_of
 from ...abc import Entry, Position
-from ._kv import _DESCEND, _EQUAL, _VALUE, range_end
+from ._kv import _DESCEND, _EQUAL, _GREATER, _VALUE, _VERSION, range_end
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -72,10 +81,15 @@ _BY_KEY = rpc.RangeRequest.SortTarget.Value("KEY")
 #: Most waiters registered by one transaction (etcd's --max-txn-ops is 128 by default),
 #: and the room each store revision has in a fence.
 SUB_BITS = 6
-SUB = BATCH = 1 << SUB_BITS
+SUB = 1 << SUB_BITS
+#: Most waiters of one registration: each may bring its link (2 puts), with the tail's
+#: put and two reads, within etcd's default --max-txn-ops of 128.
+BATCH = 62
 #: Order numbers read at once when the waiter right ahead left out of turn.
 WINDOW = 64
 MARK = WAITER_MARK.encode()
+#: What a link key ends with, after its order number (a waiter key has its id there).
+LINK = b"\0"
 
 
 def order_of(key: str) -> int | None:
@@ -97,6 +111,20 @@ def fence_revision(create_revision: int, order: int) -> int:
 def order_key(pk: bytes, order: int) -> bytes:
     """Where the keys of order number *order* start."""
     return pk + MARK + b"%0*x" % (ORDER_DIGITS, order)
+
+
+def link_key(pk: bytes, order: int) -> bytes:
+    """The link of the exclusive waiter numbered *order* (right before its key)."""
+    return order_key(pk, order) + LINK
+
+
+def is_link(key: bytes) -> bool:
+    return key.endswith(LINK)
+
+
+def entries_of(kvs: Any) -> list[Any]:
+    """The key-values of *kvs* that are entries (not links)."""
+    return [kv for kv in kvs if not kv.key.endswith(LINK)]
 
 
 def tail_key(pk: bytes) -> bytes:
@@ -121,12 +149,35 @@ def ordered_end(pk: bytes) -> bytes:
 
 
 def drop_ops(key: bytes, order: int) -> list[Any]:
-    """Delete the waiter key *key*, and the tail with it if it is still the newest
-    waiter's (the next registration starts a new run of numbers)."""
-    tail = tail_key(key[: key.rindex(b"/") + 1])
+    """Delete the waiter key *key* and its link; the tail with it if it is still the
+    newest waiter's (the next registration starts a new run of numbers); and if nothing
+    of the queue lies ahead of it (it is the first entry: the holder of a mutex), the
+    link numbered right after it, which tells that waiter it is the first now.
+
+    The responses: the key's delete, then the tail's transaction (succeeded: the tail
+    went too), then the rest."""
+    pk = key[: key.rindex(b"/") + 1]
+    tail = tail_key(pk)
     newest = rpc.Compare(key=tail, target=_VALUE, value=b"%d" % order, result=_EQUAL)
     drop_tail = rpc.TxnRequest(compare=[newest], success=[delete_op(tail)])
-    return [delete_op(key), rpc.RequestOp(request_txn=drop_tail)]
+    # Compares see the store before any delete of this transaction, and my own link
+    # sorts at or after my order number: only what is ahead of me counts.
+    ahead = rpc.Compare(
+        key=queue_range(pk)[0],
+        range_end=order_key(pk, order),
+        target=_VERSION,
+        version=0,
+        result=_GREATER,
+    )  # true iff some key lies in the range (etcd compares every key of a range)
+    hand_over = rpc.TxnRequest(
+        compare=[ahead], success=[], failure=[delete_op(link_key(pk, order + 1))]
+    )
+    return [
+        delete_op(key),
+        rpc.RequestOp(request_txn=drop_tail),
+        delete_op(link_key(pk, order)),
+        rpc.RequestOp(request_txn=hand_over),
+    ]
 
 
 def range_op(key: bytes, end: bytes | None = None, *, last: bool = False) -> Any:
@@ -190,18 +241,29 @@ class Queues:
             reply = await self._read(range_op(key))
             self._check_mine(entry, reply.kvs, key)
             return Position(entry, (), reply.header.revision)
-        limit = ahead + 1 if ahead is not None and kind is None else 0
-        request = rpc.RangeRequest(
-            key=start, range_end=key + b"\0", sort_order=_DESCEND, sort_target=_BY_KEY, limit=limit
-        )
-        reply = await self._read_range(request)
-        self._check_mine(entry, reply.kvs[:1], key)
-        found = [self._b._entry(kv) for kv in reply.kvs[1:]]
+        wanted = ahead + 1 if ahead is not None and kind is None else 0
+        kvs, revision = await self._last_entries(start, key + b"\0", wanted)
+        self._check_mine(entry, kvs[:1], key)
+        found = [self._b._entry(kv) for kv in kvs[1:]]
         if kind is not None:
             found = [e for e in found if waiter_id_of(e.key).startswith(kind)]
-        return Position(
-            entry, tuple(found if ahead is None else found[:ahead]), reply.header.revision
-        )
+        return Position(entry, tuple(found if ahead is None else found[:ahead]), revision)
+
+    async def _last_entries(self, start: bytes, end: bytes, wanted: int) -> tuple[list[Any], int]:
+        """The last *wanted* entries (0: all) of the range, newest first, links skipped:
+        a link sorts right before its waiter, so twice as many keys are read, and all of
+        them in the rare case that this found too few (links of waiters deleted by
+        someone else, left until their lease ends)."""
+        limit = 2 * wanted
+        while True:
+            request = rpc.RangeRequest(
+                key=start, range_end=end, sort_order=_DESCEND, sort_target=_BY_KEY, limit=limit
+            )
+            reply = await self._read_range(request)
+            kvs = entries_of(reply.kvs)
+            if not limit or len(kvs) >= wanted or len(reply.kvs) < limit:
+                return kvs[:wanted] if wanted else kvs, reply.header.revision
+            limit = 0
 
     async def _nearest(
         self, entry: Entry, key: bytes, pk: bytes, order: int, start: bytes
@@ -217,27 +279,25 @@ class Queues:
             "position", lambda c: c.kv.Txn, rpc.TxnRequest(success=[window, head])
         )
         revision = reply.header.revision
-        kvs = reply.responses[0].response_range.kvs
+        kvs = entries_of(reply.responses[0].response_range.kvs)
         self._check_mine(entry, kvs[-1:], key)
         if len(kvs) > 1:
             return Position(entry, (self._b._entry(kvs[-2]),), revision)
         first = reply.responses[1].response_range.kvs
-        if first and bytes(first[0].key) == key:
+        # Mine, or my link (right before my key): nothing is ahead of me.
+        if first and bytes(first[0].key) in (key, link_key(pk, order)):
             return Position(entry, (), revision)
         # A waiter ahead left out of turn: the nearest within a window, else the
         # nearest of those ahead, sorted.
         low = order_key(pk, max(order - WINDOW, 0))
         reply = await self._read(range_op(low, key + b"\0"))
-        kvs = reply.kvs
+        kvs, revision = entries_of(reply.kvs), reply.header.revision
         if len(kvs) < 2:
-            request = rpc.RangeRequest(
-                key=start, range_end=key + b"\0", sort_order=_DESCEND, sort_target=_BY_KEY, limit=2
-            )
-            reply = await self._read_range(request)
-            kvs = list(reversed(reply.kvs))
+            kvs, revision = await self._last_entries(start, key + b"\0", 2)
+            kvs.reverse()
         self._check_mine(entry, kvs[-1:], key)
         before = (self._b._entry(kvs[-2]),) if len(kvs) > 1 else ()
-        return Position(entry, before, reply.header.revision)
+        return Position(entry, before, revision)
 
     async def _read(self, op: Any) -> Any:
         return await self._read_range(op.request_range)

@@ -2,10 +2,12 @@
 batch whose answer was lost (the key layout and why: ``_queue.py``).
 
 A client's registrations on one prefix go out one batch at a time, by a task of the
-backend: the waiters that arrived while the previous batch was in flight (up to 64, of
+backend: the waiters that arrived while the previous batch was in flight (up to 62, of
 one lease; a batch that would cross a multiple of 64 order numbers starts at the next
-one: numbers may skip, never repeat). Each batch compares the tail it
-read, so a conflict with another client costs a round trip, not a wrong order.
+one: numbers may skip, never repeat). An exclusive waiter (one that waits for the entry
+right ahead of it alone: a mutex's, a writer's) gets its link too (``_queue.py``). Each
+batch compares the tail it read, so a conflict with another client costs a round trip,
+not a wrong order.
 
 A registration whose caller stopped waiting (cancelled) or whose answer was lost
 (BackendUnavailable) stays known by its waiter id until a repeat takes it over or an
@@ -26,13 +28,16 @@ from ..._exceptions import BackendUnavailable, ClosedError, ConfigurationError
 from ...abc import Entry, Position
 from ._kv import _CREATE, _EQUAL, _LEASE, _MOD
 from ._queue import (
+    BATCH,
     SUB,
     SUB_BITS,
     Backend,
     Queues,
     drop_ops,
+    entries_of,
     fence_revision,
     kill_key,
+    link_key,
     order_key,
     order_of,
     ordered_end,
@@ -73,6 +78,8 @@ class _Request:
     waiter_id: str
     value: bytes
     lease: int
+    #: An exclusive waiter: it gets a link (see ``_queue.py``).
+    link: bool
     #: (my entry, the entry right before it if known, the revision read)
     future: asyncio.Future[tuple[Entry, Entry | None, int]]
     #: No caller waits for it (cancelled): not sent if it was not yet.
@@ -106,6 +113,7 @@ class Registrar:
         pk = self._b._key(prefix)
         self._b._key(prefix + "@" + "0" * 16 + waiter_id)  # the length check
         ident = prefix + waiter_id
+        exclusive = ahead == 1 and kind is None
         loop = asyncio.get_running_loop()
         request = self._requests.get(ident)
         if request is not None and _failed(request.future):
@@ -114,11 +122,11 @@ class Registrar:
             del self._requests[ident]
             request = None
             if isinstance(found, Entry):  # known from now on as that entry, read below
-                request = _Request(prefix, waiter_id, value, lease, loop.create_future())
+                request = _Request(prefix, waiter_id, value, lease, exclusive, loop.create_future())
                 request.future.set_result((found, None, 0))
                 self._requests[ident] = request
         if request is None or request.future.cancelled():  # else: take the earlier one over
-            request = _Request(prefix, waiter_id, value, lease, loop.create_future())
+            request = _Request(prefix, waiter_id, value, lease, exclusive, loop.create_future())
             self._requests[ident] = request
             self._enqueue(pk, request)
         request.gone = False
@@ -196,11 +204,11 @@ class Registrar:
                 _fail(request, closed)
 
     def _take(self, waiting: deque[_Request]) -> list[_Request]:
-        """The next batch: waiters of one lease, at most :data:`SUB`, and a request well
+        """The next batch: waiters of one lease, at most :data:`BATCH`, and a request well
         under the size limit (a waiter that is too big alone fails alone)."""
         batch: list[_Request] = []
         room = self._b.max_request_size // 2
-        while waiting and len(batch) < SUB:
+        while waiting and len(batch) < BATCH:
             request = waiting[0]
             if request.gone:  # never sent: nothing happened
                 waiting.popleft().future.cancel()
@@ -246,7 +254,7 @@ class Registrar:
             if reply.succeeded:
                 revision = reply.header.revision
                 self._remember(pk, (revision, first + len(batch) - 1))
-                kvs = reply.responses[1 + len(batch)].response_range.kvs
+                kvs = entries_of(reply.responses[1 + len(batch)].response_range.kvs)
                 before = self._b._entry(kvs[-1]) if kvs else None
                 heads = reply.responses[2 + len(batch)].response_range.kvs if not mod else ()
                 if heads and bytes(heads[0].key) == keys[0]:
@@ -286,6 +294,10 @@ class Registrar:
                 key=queue_range(pk)[0], range_end=keys[0] + b"\0", limit=1, keys_only=True
             )
             success.append(rpc.RequestOp(request_range=head))
+        # The links last: the reads above find the queue as it was, with my keys only.
+        success.extend(
+            _put(link_key(pk, first + i), b"", r.lease) for i, r in enumerate(batch) if r.link
+        )
         # With no tail, not repeated inside the call: a first try that is only late
         # would still apply after a repeat failed, once the queue drained again. The
         # caller (_register) settles a failed one instead, then goes again.

@@ -145,10 +145,12 @@ class Watch(_Watcher):
 
 
 class Guard(_Watcher):
-    """A watch for the deletion of one key that calls *on_change* once: at the deletion,
-    or when the watch ends otherwise (compaction, an error): the caller re-reads."""
+    """A watch for the deletion of one key (or of any key of a range) that calls
+    *on_change* once: at the first deletion, or when the watch ends otherwise
+    (compaction, an error): the caller re-reads. *on_events*, if given, is shown the
+    events of that first deletion first (the response that held it)."""
 
-    __slots__ = ("_on_change", "_on_created", "error")
+    __slots__ = ("_on_change", "_on_created", "_on_events", "error")
 
     def __init__(
         self,
@@ -157,10 +159,13 @@ class Guard(_Watcher):
         start: int,
         on_change: Callable[[], None],
         on_created: Callable[[int], None] | None = None,
+        range_end: bytes = b"",
+        on_events: Callable[[Any], None] | None = None,
     ) -> None:
-        super().__init__(stream, key, b"", start, no_put=True)
+        super().__init__(stream, key, range_end, start, no_put=True)
         self._on_change = on_change
         self._on_created = on_created
+        self._on_events = on_events
         #: Why the server ended the watch, if it did.
         self.error: BackendError | None = None
 
@@ -169,7 +174,9 @@ class Guard(_Watcher):
             self._on_created(revision)
 
     def deliver(self, events: Any) -> None:
-        if events:  # deletes only (NOPUT): the key is gone
+        if events:  # deletes only (NOPUT): a key is gone
+            if self._on_events is not None and not self.closed:
+                self._on_events(events)
             self._fire()
 
     def fail(self, error: BackendError) -> None:
@@ -236,10 +243,13 @@ class WatchStream:
         start_revision: int,
         on_change: Callable[[], None],
         on_created: Callable[[int], None] | None = None,
+        range_end: bytes = b"",
+        on_events: Callable[[Any], None] | None = None,
     ) -> Guard:
-        """Start a :class:`Guard` of *key* (*start_revision* 0: from its creation on,
-        which *on_created* is told). Not a checkpoint."""
-        guard = Guard(self, key, start_revision, on_change, on_created)
+        """Start a :class:`Guard` of *key*, or of the range *key* .. *range_end*
+        (*start_revision* 0: from its creation on, which *on_created* is told). Not a
+        checkpoint."""
+        guard = Guard(self, key, start_revision, on_change, on_created, range_end, on_events)
         self._add(guard)
         return guard
 

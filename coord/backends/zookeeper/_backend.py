@@ -288,13 +288,16 @@ class ZooKeeperBackend(FaultHooks, Backend):
         self._check_open()
         return await self._queues.position(entry, ahead, kind)
 
-    def wait_deleted(self, keys: Sequence[str], *, revision: int) -> Coroutine[Any, Any, None]:
+    def wait_deleted(
+        self, keys: Sequence[str], *, revision: int, entry: Entry | None = None
+    ) -> Coroutine[Any, Any, None]:
         """Wait, with one data watch per key, until one of *keys* may be gone.
 
         A checkpoint. The watches are armed by reads done now, so *revision* is not
         needed: any deletion after the caller's read is either seen by them ("no node",
         return at once) or fires them. Returns spuriously after a disconnect. Cancelling
-        it leaves the server watches in place, to fire once, harmlessly.
+        it leaves the server watches in place, to fire once, harmlessly. Proves nothing
+        of *entry* (None: the caller reads its position).
         """
         self._check_open()
         return self._queues.wait_deleted(keys)  # its coroutine: no frame of this call's

@@ -20,6 +20,8 @@ from coord.abc import Create, Entry
 from coord.backends.etcd import EtcdBackend
 from coord.testing import expire_session
 
+from ._handoff import requests_of
+
 if TYPE_CHECKING:
     from coord.abc import Backend, Lease, Position
 
@@ -388,21 +390,6 @@ async def test_a_timed_out_acquire_whose_clean_up_failed_leaves_nothing_that_blo
                 pass
 
 
-def _requests_of(client: coord.Client, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """What each request *client*'s backend sends from now on is for, in order."""
-    requests: list[str] = []
-    backend: Any = client.backend
-    conn = backend._conn
-    real = conn.call_answer
-
-    async def counting(what: str, *args: Any, **kwargs: Any) -> Any:
-        requests.append(what)
-        return await real(what, *args, **kwargs)
-
-    monkeypatch.setattr(conn, "call_answer", counting)
-    return requests
-
-
 async def test_an_idle_lock_costs_two_requests_per_acquire_and_release(
     etcd_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -411,7 +398,7 @@ async def test_an_idle_lock_costs_two_requests_per_acquire_and_release(
     on the tail it last saw and going again (three requests a cycle instead of two)."""
     async with AsyncExitStack() as stack:
         (a,) = await clients(stack, etcd_url, 1)
-        requests = _requests_of(a, monkeypatch)
+        requests = requests_of(a, monkeypatch)
         mutex = a.mutex("idle")
         fences = []
         for _ in range(4):
@@ -432,7 +419,7 @@ async def test_an_idle_locks_acquire_reads_no_position_and_a_tailless_queue_is_n
     waiter's session are still ahead."""
     async with AsyncExitStack() as stack:
         a, b, c = await clients(stack, etcd_url, 3)
-        reads = _requests_of(a, monkeypatch)
+        reads = requests_of(a, monkeypatch)
         async with a.mutex("idle"):
             pass
         assert "position" not in reads, reads

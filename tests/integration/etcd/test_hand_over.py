@@ -1,0 +1,145 @@
+"""The hand-over of an etcd queue (coord/backends/etcd/_queue.py): an exclusive waiter
+that sees the entry right ahead of it deleted together with its own link knows it is the
+first now, with no read. Only a delete of the queue's first entry deletes that link."""
+
+from __future__ import annotations
+
+from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import pytest
+from aetcd import rpc
+
+import coord
+from coord.testing import expire_session
+
+from ._handoff import clients, etcd_of, handoff, requests_of, waiting, wid
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from coord.abc import Position
+
+pytestmark = [pytest.mark.anyio, pytest.mark.etcd]
+
+
+async def _wait_while(
+    client: coord.Client, ahead: Position, mine: Position, act: Callable[[], Awaitable[Any]]
+) -> Position | None:
+    """What *client*'s wait (as an exclusive waiter) for *ahead*'s deletion returns, when
+    *act* runs once the wait's watch is created."""
+    proven: list[Position | None] = []
+
+    async def wait() -> None:
+        backend = client.backend
+        keys = [ahead.entry.key]
+        proven.append(await backend.wait_deleted(keys, revision=mine.revision, entry=mine.entry))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(wait)
+        await waiting(client)
+        await act()
+    return proven[0]
+
+
+async def test_a_released_mutex_is_handed_to_the_next_waiter_with_no_read(
+    etcd_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The waiter learns it holds the mutex from the watch event alone: no position read
+    after the wake (one request fewer per contended acquisition)."""
+    async with AsyncExitStack() as stack:
+        a, b = await clients(stack, etcd_url, 2)
+        counted: list[list[str]] = []
+
+        async def count() -> None:  # from the moment b waits
+            counted.append(requests_of(b, monkeypatch))
+
+        await handoff(a, b, "m", count)
+        (requests,) = counted
+        assert "position" not in requests, requests
+
+
+async def test_the_proof_is_a_position_with_nothing_ahead(etcd_url: str) -> None:
+    async with AsyncExitStack() as stack:
+        a, b = await clients(stack, etcd_url, 2)
+        held = await b.backend.register("m/", wid(), b.session.lease)
+        mine = await a.backend.register("m/", wid(), a.session.lease)
+        assert [e.key for e in mine.ahead] == [held.entry.key]
+        proven = await _wait_while(a, held, mine, lambda: b.backend.delete(held.entry))
+        assert proven is not None
+        assert proven.entry == mine.entry
+        assert proven.is_head
+        assert proven.revision > mine.revision
+        assert (await a.backend.position(mine.entry)).is_head
+        # Links are no entries, and none is left once the queue is empty.
+        assert [e.key for e in (await a.backend.entries("m/")).entries] == [mine.entry.key]
+        assert await a.backend.delete(mine.entry)
+        assert await a.backend.names("m") == []
+        everything = rpc.RangeRequest(key=b"m/", range_end=b"m0", keys_only=True)
+        raw = await etcd_of(a)._conn.call("list", lambda c: c.kv.Range, everything)
+        assert list(raw.kvs) == []
+
+
+async def test_a_waiter_that_leaves_out_of_turn_hands_nothing_over(etcd_url: str) -> None:
+    """P waits behind the holder H and leaves (cancelled): S, behind P, sees P deleted
+    but its link stays: it reads, and waits on for H."""
+    async with AsyncExitStack() as stack:
+        a, b, c = await clients(stack, etcd_url, 3)
+        held = await c.backend.register("m/", wid(), c.session.lease)
+        p = await b.backend.register("m/", wid(), b.session.lease)
+        s = await a.backend.register("m/", wid(), a.session.lease)
+        assert await _wait_while(a, p, s, lambda: b.backend.delete(p.entry)) is None
+        assert [e.key for e in (await a.backend.position(s.entry)).ahead] == [held.entry.key]
+
+
+async def test_a_lease_that_ends_both_waiters_hands_nothing_over(etcd_url: str) -> None:
+    """P and S share a lease; its end deletes P, S's link and S at one revision. That is
+    no hand-over (S is gone): S must not take the queue while H holds it."""
+    async with AsyncExitStack() as stack:
+        a, c = await clients(stack, etcd_url, 2)
+        await c.backend.register("m/", wid(), c.session.lease)
+        p = await a.backend.register("m/", wid(), a.session.lease)
+        s = await a.backend.register("m/", wid(), a.session.lease)
+        assert [e.key for e in s.ahead] == [p.entry.key]
+        assert await _wait_while(a, p, s, lambda: expire_session(a)) is None
+        with pytest.raises(coord.EntryGoneError):
+            await a.backend.position(s.entry)
+
+
+async def test_a_reader_released_while_another_reads_hands_nothing_to_the_writer(
+    etcd_url: str,
+) -> None:
+    """Readers R1 and R2 hold together; the writer W waits right behind R2. R2's release
+    is no hand-over (R1 is ahead of it): W waits on until R1 releases too."""
+    async with AsyncExitStack() as stack:
+        a, b, c = await clients(stack, etcd_url, 3)
+        first_out = anyio.Event()
+        second_in = anyio.Event()
+        writing = anyio.Event()
+        state = {"r1": False}
+
+        async def reader1() -> None:
+            async with a.rwlock("rw").read:
+                state["r1"] = True
+                second_in.set()
+                await first_out.wait()
+                state["r1"] = False
+
+        async def writer() -> None:
+            async with c.rwlock("rw").write:
+                assert not state["r1"], "the writer wrote while a reader read"
+                writing.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader1)
+            await second_in.wait()
+            async with b.rwlock("rw").read:
+                tg.start_soon(writer)
+                await waiting(c)
+            with anyio.move_on_after(0.5):
+                await writing.wait()
+            assert not writing.is_set()
+            first_out.set()
+            with anyio.fail_after(5):
+                await writing.wait()
