@@ -4,6 +4,7 @@ armed while the stream is down, and what the server is left holding."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 import anyio
@@ -11,6 +12,7 @@ import pytest
 
 import coord
 from coord.backends.etcd import EtcdBackend
+from coord.backends.etcd._connection import finish, stream_read
 from coord.testing.pytest_plugin import fresh_namespace
 
 if TYPE_CHECKING:
@@ -157,3 +159,39 @@ async def test_a_deletion_between_the_read_and_the_watch_is_not_missed(etcd_url:
 async def _wait_then_set(backend: EtcdBackend, key: str, revision: int, woken: anyio.Event) -> None:
     await backend.wait_deleted([key], revision=revision)
     woken.set()
+
+
+async def test_a_stream_read_is_cancelled_by_its_scope_or_ended_by_grpc(etcd_url: str) -> None:
+    """stream_read awaits grpc.aio's read directly (no task per read): our own cancel
+    scope still stops it as a cancellation, and gRPC ending the call under it (another
+    task cancels it, as a failover does) is BackendUnavailable, not a bare
+    CancelledError that would escape every cancel scope around it."""
+    async with coord.connect(etcd_url, ttl=5) as client:
+        conn = _backend(client)._conn
+        call = conn.watch.Watch(metadata=conn.metadata(require_leader=True))
+        try:
+            with anyio.move_on_after(0.2) as scope:
+                await stream_read(call)  # nothing to read: no watch on this stream
+            assert scope.cancelled_caught
+        finally:
+            await finish(call)
+        call = conn.watch.Watch(metadata=conn.metadata(require_leader=True))
+        try:
+            with pytest.raises(TimeoutError):  # a native cancellation, too
+                async with asyncio.timeout(0.1):
+                    await stream_read(call)
+        finally:
+            await finish(call)
+        call = conn.watch.Watch(metadata=conn.metadata(require_leader=True))
+        try:
+            async with anyio.create_task_group() as tg:
+
+                async def end_it() -> None:
+                    await anyio.sleep(0.1)
+                    call.cancel()
+
+                tg.start_soon(end_it)
+                with anyio.fail_after(5), pytest.raises(coord.BackendUnavailable):
+                    await stream_read(call)
+        finally:
+            await finish(call)
