@@ -52,7 +52,7 @@ from ._kv import (
 from ._lease import grant
 from ._queue import Queues, entries_of, fence_revision, link_key, order_key, order_of, queue_range
 from ._register import Registrar
-from ._watch import WatchCompacted, WatchStream
+from ._watch import Guard, WatchCompacted, WatchStream
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
@@ -316,7 +316,7 @@ class EtcdBackend(Backend):
         # read: etcd delivers the events of a watch that starts in the past (any write
         # since the read) only from its resync loop, every 100 ms, so a handoff waited up
         # to 100 ms (8 contenders made 95 acquisitions/s). A write between the read and
-        # the creation is then checked by reading the keys once.
+        # the creation is then checked by reading the keys once (and mine, for a proof).
         loop = asyncio.get_running_loop()
         woken = loop.create_future()
         created = loop.create_future()
@@ -332,37 +332,22 @@ class EtcdBackend(Backend):
             if pending[0] <= 0 and not created.done():
                 created.set_result(pending[1])
 
-        span = self._handed_span(keys, entry)
         proof: list[int] = []  # the revision at which *entry* became the first
-        if span is None:
-            guards = [
+        handed = self._hand_over_guard(keys, entry, wake, on_created, proof)
+        guards = (
+            [handed]
+            if handed is not None
+            else [
                 self._watches.guard(
                     self._key(key), start_revision=0, on_change=wake, on_created=on_created
                 )
                 for key in keys
             ]
-        else:
-            # One watch from the key ahead to mine: its deletion, my link's, mine.
-            ahead, link, mine = span
-
-            def look(events: Any) -> None:
-                at = events[0].kv.mod_revision  # one revision's deletes, all in one response
-                gone = {bytes(e.kv.key) for e in events if e.kv.mod_revision == at}
-                if ahead in gone and link in gone and mine not in gone:
-                    proof.append(at)
-
-            guard = self._watches.guard(
-                ahead,
-                range_end=mine + b"\0",
-                start_revision=0,
-                on_change=wake,
-                on_created=on_created,
-                on_events=look,
-            )
-            guards = [guard]
+        )
+        checked = keys if handed is None or entry is None else [*keys, entry.key]
         try:
             await asyncio.wait((woken, created), return_when=asyncio.FIRST_COMPLETED)
-            if not woken.done() and created.result() > revision and await self._any_gone(keys):
+            if not woken.done() and created.result() > revision and await self._any_gone(checked):
                 return None
             await woken
         finally:
@@ -375,14 +360,27 @@ class EtcdBackend(Backend):
             if guard.error is not None and not isinstance(guard.error, WatchCompacted):
                 raise guard.error
         if proof and entry is not None:
+            self._queues.first(entry)
             return Position(entry, (), proof[0])
         return None
 
-    def _handed_span(
-        self, keys: Sequence[str], entry: Entry | None
-    ) -> tuple[bytes, bytes, bytes] | None:
-        """(the key ahead, my link, my key) if the deletion of the one key ahead can hand
-        the queue to *entry* (an exclusive waiter's, numbered right after it)."""
+    def _hand_over_guard(
+        self,
+        keys: Sequence[str],
+        entry: Entry | None,
+        wake: Callable[[], None],
+        on_created: Callable[[int], None],
+        proof: list[int],
+    ) -> Guard | None:
+        """For an exclusive waiter *entry* numbered right after the one key ahead: one
+        guard from that key to mine, which appends to *proof* the revision at which the
+        key ahead and my link were deleted together (the hand-over of ``_queue.py``).
+
+        No proof if my key is among the deletes delivered: a response holds the events
+        of several revisions when a watch resumes after a break, and a deletion of my key
+        after the hand-over (another client's, or my lease's end) means that I no longer
+        hold: the read after the wake says so. My key deleted before the watch began is
+        the caller's check, by the read of the keys after a late creation."""
         if entry is None or len(keys) != 1:
             return None
         mine, before = order_of(entry.key), order_of(keys[0])
@@ -390,10 +388,24 @@ class EtcdBackend(Backend):
             return None
         key = self._key(entry.key)
         pk = key[: key.rindex(b"/") + 1]
-        ahead = self._key(keys[0])
+        ahead, link = self._key(keys[0]), link_key(pk, mine)
         if not ahead.startswith(order_key(pk, before)):
             return None
-        return ahead, link_key(pk, mine), key
+
+        def look(events: Any) -> None:
+            at = events[0].kv.mod_revision  # one revision's deletes, all in one response
+            first = {bytes(e.kv.key) for e in events if e.kv.mod_revision == at}
+            if ahead in first and link in first and all(e.kv.key != key for e in events):
+                proof.append(at)
+
+        return self._watches.guard(
+            ahead,
+            range_end=key + b"\0",
+            start_revision=0,
+            on_change=wake,
+            on_created=on_created,
+            on_events=look,
+        )
 
     async def _any_gone(self, keys: Sequence[str]) -> bool:
         """Whether one of *keys* no longer exists (one read of them all)."""
@@ -445,6 +457,8 @@ class EtcdBackend(Backend):
             guard = self._same(entry)
         request = rpc.TxnRequest(compare=[guard], success=ops, failure=[])
         answer = await self._conn.call_answer("delete", lambda c: c.kv.Txn, request)
+        if ordered:
+            self._queues.forget(entry)
         reply = answer.reply
         if reply.succeeded and reply.responses[0].response_delete_range.deleted:
             if ordered and reply.responses[1].response_txn.succeeded:

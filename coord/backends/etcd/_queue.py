@@ -13,11 +13,12 @@ newest one. Under a prefix ``P`` (ending in ``/``):
   queue order, so the entries ahead of mine are a key range that ends at mine;
 * ``P@<order>\\0`` — the *link* of an exclusive waiter (a mutex's, a writer's), bound
   to its lease: it sorts right before the waiter's key, after everything ahead of it.
-  Whoever deletes the first entry of the queue deletes the link numbered right after
-  it in the same transaction; so a waiter that sees the entry right ahead of it
-  deleted *together with its own link*, at one revision, knows that it is the first
-  entry now, with no read (see :func:`drop_ops`, and ``wait_deleted`` of the backend).
-  Links are no entries: every read of the queue skips them;
+  The delete of an entry this client read as the first of its queue (nothing ahead:
+  nothing can come ahead of it any more) deletes the link numbered right after it in
+  the same transaction; so a waiter that sees the entry right ahead of it deleted
+  *together with its own link*, at one revision, knows that it is the first entry now,
+  with no read (see :func:`drop_ops`, and ``wait_deleted`` of the backend). Links are
+  no entries: every read of the queue skips them;
 * ``P<waiter id>`` — a durable entry (a queued job): no order number, listed by creation
   revision as before.
 
@@ -49,8 +50,8 @@ of 64 numbers), strictly increasing along the queue and over time.
   of 64 order numbers, and then the keys ahead sorted by key: the entries *ahead*, never
   those behind.
 * **delete** — the waiter's key and its link, the tail with them if it is the newest
-  waiter (nothing is left once the queue is empty), and, if nothing of the queue lies
-  ahead of it, the link numbered right after it: the hand-over.
+  waiter (nothing is left once the queue is empty), and, if it was read as the first,
+  the link numbered right after it: the hand-over.
 
 The store's work per registration and per handoff is thus independent of the queue's
 length; a semaphore's or a read lock's reader's read of the n nearest entries still costs
@@ -59,6 +60,7 @@ the entries ahead (a sorted range), never those behind.
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING, Any, Protocol
 
 from aetcd import rpc
@@ -66,7 +68,7 @@ from aetcd import rpc
 from ..._exceptions import EntryGoneError
 from ..._keys import ORDER_DIGITS, WAITER_MARK, split_order, waiter_id_of
 from ...abc import Entry, Position
-from ._kv import _DESCEND, _EQUAL, _GREATER, _VALUE, _VERSION, range_end
+from ._kv import _DESCEND, _EQUAL, _VALUE, range_end
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -87,6 +89,8 @@ SUB = 1 << SUB_BITS
 BATCH = 62
 #: Order numbers read at once when the waiter right ahead left out of turn.
 WINDOW = 64
+#: Entries remembered as the first of their queues, at most.
+_FIRSTS = 65536
 MARK = WAITER_MARK.encode()
 #: What a link key ends with, after its order number (a waiter key has its id there).
 LINK = b"\0"
@@ -148,36 +152,26 @@ def ordered_end(pk: bytes) -> bytes:
     return pk + MARK + b"g"
 
 
-def drop_ops(key: bytes, order: int) -> list[Any]:
+def drop_ops(key: bytes, order: int, *, first: bool = False) -> list[Any]:
     """Delete the waiter key *key* and its link; the tail with it if it is still the
-    newest waiter's (the next registration starts a new run of numbers); and if nothing
-    of the queue lies ahead of it (it is the first entry: the holder of a mutex), the
+    newest waiter's (the next registration starts a new run of numbers); and if it is
+    *first* (read as the first entry of its queue: nothing can come ahead of it), the
     link numbered right after it, which tells that waiter it is the first now.
 
+    Not a compare that nothing lies ahead: etcd evaluates a compare over a range by
+    reading all of it, so a thousand waiters leaving out of turn would cost the store a
+    million key reads, in its apply loop.
+
     The responses: the key's delete, then the tail's transaction (succeeded: the tail
-    went too), then the rest."""
+    went too), then the links' deletes."""
     pk = key[: key.rindex(b"/") + 1]
     tail = tail_key(pk)
     newest = rpc.Compare(key=tail, target=_VALUE, value=b"%d" % order, result=_EQUAL)
     drop_tail = rpc.TxnRequest(compare=[newest], success=[delete_op(tail)])
-    # Compares see the store before any delete of this transaction, and my own link
-    # sorts at or after my order number: only what is ahead of me counts.
-    ahead = rpc.Compare(
-        key=queue_range(pk)[0],
-        range_end=order_key(pk, order),
-        target=_VERSION,
-        version=0,
-        result=_GREATER,
-    )  # true iff some key lies in the range (etcd compares every key of a range)
-    hand_over = rpc.TxnRequest(
-        compare=[ahead], success=[], failure=[delete_op(link_key(pk, order + 1))]
-    )
-    return [
-        delete_op(key),
-        rpc.RequestOp(request_txn=drop_tail),
-        delete_op(link_key(pk, order)),
-        rpc.RequestOp(request_txn=hand_over),
-    ]
+    ops = [delete_op(key), rpc.RequestOp(request_txn=drop_tail), delete_op(link_key(pk, order))]
+    if first:
+        ops.append(delete_op(link_key(pk, order + 1)))
+    return ops
 
 
 def range_op(key: bytes, end: bytes | None = None, *, last: bool = False) -> Any:
@@ -223,6 +217,22 @@ class Queues:
 
     def __init__(self, backend: Backend) -> None:
         self._b = backend
+        # The keys of the entries read as the first of their queues, until deleted (a
+        # dict: insertion-ordered, so that the oldest half goes if it ever grows large,
+        # e.g. with entries whose session was lost: a forgotten one only costs its
+        # successor a read).
+        self._firsts: dict[str, None] = {}
+
+    def first(self, entry: Entry) -> None:
+        """*entry* was read (or proven) to be the first of its queue: nothing ahead."""
+        firsts = self._firsts
+        if len(firsts) >= _FIRSTS:
+            for key in list(itertools.islice(firsts, _FIRSTS // 2)):
+                del firsts[key]
+        firsts[entry.key] = None
+
+    def forget(self, entry: Entry) -> None:
+        self._firsts.pop(entry.key, None)
 
     def _split(self, entry: Entry) -> tuple[bytes, bytes, int]:
         key = self._b._key(entry.key)
@@ -247,6 +257,8 @@ class Queues:
         found = [self._b._entry(kv) for kv in kvs[1:]]
         if kind is not None:
             found = [e for e in found if waiter_id_of(e.key).startswith(kind)]
+        elif not found:
+            self.first(entry)
         return Position(entry, tuple(found if ahead is None else found[:ahead]), revision)
 
     async def _last_entries(self, start: bytes, end: bytes, wanted: int) -> tuple[list[Any], int]:
@@ -286,6 +298,7 @@ class Queues:
         first = reply.responses[1].response_range.kvs
         # Mine, or my link (right before my key): nothing is ahead of me.
         if first and bytes(first[0].key) in (key, link_key(pk, order)):
+            self.first(entry)
             return Position(entry, (), revision)
         # A waiter ahead left out of turn: the nearest within a window, else the
         # nearest of those ahead, sorted.
@@ -296,8 +309,10 @@ class Queues:
             kvs, revision = await self._last_entries(start, key + b"\0", 2)
             kvs.reverse()
         self._check_mine(entry, kvs[-1:], key)
-        before = (self._b._entry(kvs[-2]),) if len(kvs) > 1 else ()
-        return Position(entry, before, revision)
+        if len(kvs) < 2:
+            self.first(entry)
+            return Position(entry, (), revision)
+        return Position(entry, (self._b._entry(kvs[-2]),), revision)
 
     async def _read(self, op: Any) -> Any:
         return await self._read_range(op.request_range)
@@ -313,7 +328,7 @@ class Queues:
     # -- delete --------------------------------------------------------------------------------
 
     def release_ops(self, entry: Entry) -> list[Any]:
-        """What deletes the waiter entry *entry* (its key, and the tail if it is the
-        newest waiter's)."""
+        """What deletes the waiter entry *entry* (its key and link, the tail if it is
+        the newest waiter's, and the next one's link if it was read as the first)."""
         key, _, order = self._split(entry)
-        return drop_ops(key, order)
+        return drop_ops(key, order, first=entry.key in self._firsts)

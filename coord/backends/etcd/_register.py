@@ -138,6 +138,8 @@ class Registrar:
             request.gone = True
             raise
         if (ahead == 0 and revision) or before is AT_HEAD:
+            if before is AT_HEAD and kind is None:
+                self._queues.first(entry)
             position = Position(entry, (), revision)
         elif ahead == 1 and kind is None and before is not None:
             position = Position(entry, (before,), revision)
