@@ -297,9 +297,13 @@ class Registrar:
             )
             success.append(rpc.RequestOp(request_range=head))
         # The links last: the reads above find the queue as it was, with my keys only.
-        success.extend(
-            _put(link_key(pk, first + i), b"", r.lease) for i, r in enumerate(batch) if r.link
-        )
+        # None with no tail: the queue is empty then (but for rare stragglers of a tail
+        # that left), so the batch's first waiter is the first entry (an idle lock's
+        # acquire: a put less), and the others wait behind it and read.
+        if mod:
+            success.extend(
+                _put(link_key(pk, first + i), b"", r.lease) for i, r in enumerate(batch) if r.link
+            )
         # With no tail, not repeated inside the call: a first try that is only late
         # would still apply after a repeat failed, once the queue drained again. The
         # caller (_register) settles a failed one instead, then goes again.
