@@ -50,9 +50,9 @@ from ._kv import (
     range_end,
 )
 from ._lease import grant
-from ._queue import Queues, entries_of, fence_revision, link_key, order_key, order_of, queue_range
+from ._queue import Queues, entries_of, fence_revision, order_key, order_of, queue_range
 from ._register import Registrar
-from ._watch import Guard, WatchCompacted, WatchStream
+from ._watch import Guard, HandOver, WatchCompacted, WatchStream
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
@@ -332,9 +332,8 @@ class EtcdBackend(Backend):
             if pending[0] <= 0 and not created.done():
                 created.set_result(pending[1])
 
-        proof: list[int] = []  # the revision at which *entry* became the first
-        handed = self._hand_over_guard(keys, entry, wake, on_created, proof)
-        guards = (
+        handed = self._hand_over_guard(keys, entry, wake, on_created)
+        guards: list[Guard] = (
             [handed]
             if handed is not None
             else [
@@ -344,11 +343,14 @@ class EtcdBackend(Backend):
                 for key in keys
             ]
         )
-        checked = keys if handed is None or entry is None else [*keys, entry.key]
         try:
             await asyncio.wait((woken, created), return_when=asyncio.FIRST_COMPLETED)
-            if not woken.done() and created.result() > revision and await self._any_gone(checked):
-                return None
+            if not woken.done() and created.result() > revision:
+                # Mine too, for a proof: my key deleted before the watch began (by someone
+                # else: my link stays) must not be handed the queue (etcd #11456).
+                mine = [entry.key] if handed is not None and entry is not None else []
+                if await self._any_gone([*keys, *mine]):
+                    return None
             await woken
         finally:
             created.cancel()
@@ -359,9 +361,9 @@ class EtcdBackend(Backend):
             # is an error, or the caller's loop would spin on it.
             if guard.error is not None and not isinstance(guard.error, WatchCompacted):
                 raise guard.error
-        if proof and entry is not None:
+        if handed is not None and handed.proof and entry is not None:
             self._queues.first(entry)
-            return Position(entry, (), proof[0])
+            return Position(entry, (), handed.proof)
         return None
 
     def _hand_over_guard(
@@ -370,42 +372,20 @@ class EtcdBackend(Backend):
         entry: Entry | None,
         wake: Callable[[], None],
         on_created: Callable[[int], None],
-        proof: list[int],
-    ) -> Guard | None:
+    ) -> HandOver | None:
         """For an exclusive waiter *entry* numbered right after the one key ahead: one
-        guard from that key to mine, which appends to *proof* the revision at which the
-        key ahead and my link were deleted together (the hand-over of ``_queue.py``).
-
-        No proof if my key is among the deletes delivered: a response holds the events
-        of several revisions when a watch resumes after a break, and a deletion of my key
-        after the hand-over (another client's, or my lease's end) means that I no longer
-        hold: the read after the wake says so. My key deleted before the watch began is
-        the caller's check, by the read of the keys after a late creation."""
+        guard from that key to mine, which tells the revision at which the key ahead and
+        my link were deleted together (the hand-over of ``_queue.py``), if they were."""
         if entry is None or len(keys) != 1:
             return None
         mine, before = order_of(entry.key), order_of(keys[0])
         if mine is None or before != mine - 1:
             return None
         key = self._key(entry.key)
-        pk = key[: key.rindex(b"/") + 1]
-        ahead, link = self._key(keys[0]), link_key(pk, mine)
-        if not ahead.startswith(order_key(pk, before)):
+        ahead = self._key(keys[0])
+        if not ahead.startswith(order_key(key[: key.rindex(b"/") + 1], before)):
             return None
-
-        def look(events: Any) -> None:
-            at = events[0].kv.mod_revision  # one revision's deletes, all in one response
-            first = {bytes(e.kv.key) for e in events if e.kv.mod_revision == at}
-            if ahead in first and link in first and all(e.kv.key != key for e in events):
-                proof.append(at)
-
-        return self._watches.guard(
-            ahead,
-            range_end=key + b"\0",
-            start_revision=0,
-            on_change=wake,
-            on_created=on_created,
-            on_events=look,
-        )
+        return self._watches.hand_over(ahead, key, on_change=wake, on_created=on_created)
 
     async def _any_gone(self, keys: Sequence[str]) -> bool:
         """Whether one of *keys* no longer exists (one read of them all)."""

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
     from ._connection import Connection
 
-__all__ = ["Guard", "Watch", "WatchCompacted", "WatchStream"]
+__all__ = ["Guard", "HandOver", "Watch", "WatchCompacted", "WatchStream"]
 
 _BACKOFF = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0)
 # A stream that lived this long before it broke was healthy: reconnect at once.
@@ -147,10 +147,9 @@ class Watch(_Watcher):
 class Guard(_Watcher):
     """A watch for the deletion of one key (or of any key of a range) that calls
     *on_change* once: at the first deletion, or when the watch ends otherwise
-    (compaction, an error): the caller re-reads. *on_events*, if given, is shown the
-    events of that first deletion first (the response that held it)."""
+    (compaction, an error): the caller re-reads."""
 
-    __slots__ = ("_on_change", "_on_created", "_on_events", "error")
+    __slots__ = ("_on_change", "_on_created", "error")
 
     def __init__(
         self,
@@ -160,12 +159,10 @@ class Guard(_Watcher):
         on_change: Callable[[], None],
         on_created: Callable[[int], None] | None = None,
         range_end: bytes = b"",
-        on_events: Callable[[Any], None] | None = None,
     ) -> None:
         super().__init__(stream, key, range_end, start, no_put=True)
         self._on_change = on_change
         self._on_created = on_created
-        self._on_events = on_events
         #: Why the server ended the watch, if it did.
         self.error: BackendError | None = None
 
@@ -175,8 +172,6 @@ class Guard(_Watcher):
 
     def deliver(self, events: Any) -> None:
         if events:  # deletes only (NOPUT): a key is gone
-            if self._on_events is not None and not self.closed:
-                self._on_events(events)
             self._fire()
 
     def fail(self, error: BackendError) -> None:
@@ -197,6 +192,51 @@ class Guard(_Watcher):
         if not self.closed:
             self.closed = True
             self._stream.forget(self)
+
+
+class HandOver(Guard):
+    """The guard of an exclusive waiter whose key is *mine*: the range from the key
+    ahead (*key*) to mine, for the hand-over of an etcd queue (``_queue.py``).
+
+    :ivar proof: the revision at which the key ahead and my link (``_queue.link_key``)
+        were deleted together, my key not among the deletes delivered; 0 if not.
+
+    Not my key among any of the deletes delivered with it: a response holds the events of
+    several revisions when a watch resumes after a break, and a deletion of my key after
+    the hand-over (another client's, or my lease's end) means that I no longer hold (the
+    read after the wake says so). My key deleted before the watch began is the caller's
+    to check, by a read after a late creation. A guard object and no closure: a waiter's
+    memory is mostly what it waits with."""
+
+    __slots__ = ("proof",)
+
+    def __init__(
+        self,
+        stream: WatchStream,
+        key: bytes,
+        mine: bytes,
+        on_change: Callable[[], None],
+        on_created: Callable[[int], None] | None,
+    ) -> None:
+        super().__init__(stream, key, 0, on_change, on_created, range_end=mine + b"\0")
+        self.proof = 0
+
+    def deliver(self, events: Any) -> None:
+        if events and not self.closed:
+            mine = self.range_end[:-1]
+            at = events[0].kv.mod_revision  # one revision's deletes, all in one response
+            ahead = link = False
+            for event in events:
+                key = event.kv.key
+                if key == mine:
+                    break
+                if event.kv.mod_revision == at:
+                    ahead = ahead or key == self.key
+                    link = link or (key.endswith(b"\0") and mine.startswith(key[:-1]))
+            else:
+                if ahead and link:
+                    self.proof = at
+        super().deliver(events)
 
 
 class WatchStream:
@@ -243,13 +283,24 @@ class WatchStream:
         start_revision: int,
         on_change: Callable[[], None],
         on_created: Callable[[int], None] | None = None,
-        range_end: bytes = b"",
-        on_events: Callable[[Any], None] | None = None,
     ) -> Guard:
-        """Start a :class:`Guard` of *key*, or of the range *key* .. *range_end*
-        (*start_revision* 0: from its creation on, which *on_created* is told). Not a
-        checkpoint."""
-        guard = Guard(self, key, start_revision, on_change, on_created, range_end, on_events)
+        """Start a :class:`Guard` of *key* (*start_revision* 0: from its creation on,
+        which *on_created* is told). Not a checkpoint."""
+        guard = Guard(self, key, start_revision, on_change, on_created)
+        self._add(guard)
+        return guard
+
+    def hand_over(
+        self,
+        key: bytes,
+        mine: bytes,
+        *,
+        on_change: Callable[[], None],
+        on_created: Callable[[int], None] | None = None,
+    ) -> HandOver:
+        """Start a :class:`HandOver` guard from *key* to *mine*, from its creation on.
+        Not a checkpoint."""
+        guard = HandOver(self, key, mine, on_change, on_created)
         self._add(guard)
         return guard
 
