@@ -345,13 +345,20 @@ class EtcdBackend(Backend):
         )
         try:
             await asyncio.wait((woken, created), return_when=asyncio.FIRST_COMPLETED)
-            if not woken.done() and created.result() > revision:
-                # Mine too, for a proof: my key deleted before the watch began (by someone
-                # else: my link stays) must not be handed the queue (etcd #11456).
-                mine = [entry.key] if handed is not None and entry is not None else []
+            # Mine too, for a proof: my key deleted before the watch began (by someone
+            # else: my link stays) must not be handed the queue (etcd #11456).
+            mine = [entry.key] if handed is not None and entry is not None else []
+            late = created.done() and created.result() > revision
+            if late and not woken.done():
                 if await self._any_gone([*keys, *mine]):
                     return None
+                mine = []  # read after the creation: a deletion since is the watch's
             await woken
+            # Woken as its creation was answered (one turn of the reader can take both):
+            # the read above was skipped, and a proof needs it for my key.
+            if late and mine and handed is not None and handed.proof:
+                if await self._any_gone(mine):
+                    return None
         finally:
             created.cancel()
             for guard in guards:

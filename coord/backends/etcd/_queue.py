@@ -122,10 +122,6 @@ def link_key(pk: bytes, order: int) -> bytes:
     return order_key(pk, order) + LINK
 
 
-def is_link(key: bytes) -> bool:
-    return key.endswith(LINK)
-
-
 def entries_of(kvs: Any) -> list[Any]:
     """The key-values of *kvs* that are entries (not links)."""
     return [kv for kv in kvs if not kv.key.endswith(LINK)]
