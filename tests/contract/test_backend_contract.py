@@ -122,6 +122,47 @@ async def test_find_an_entry_by_its_waiter_id(clients: list[coord.Client]) -> No
     assert await backend.find("c/find/", durable, None) is None
 
 
+async def test_a_wait_as_an_exclusive_waiter_returns_only_a_true_position(
+    clients: list[coord.Client],
+) -> None:
+    """``wait_deleted(..., entry=)`` means the same on every store: None ("read"), or a
+    position with nothing ahead of my entry, which a read confirms (etcd proves it from
+    the hand-over; memory and ZooKeeper return None). Once in turn, and once after the
+    entry ahead left out of turn (then never a position: another holds ahead)."""
+    backend, lease, other, other_lease = parts(clients)
+    for out_of_turn in (False, True):
+        prefix = f"c/excl{int(out_of_turn)}/"
+        first = await other.register(prefix, wid(), other_lease)
+        ahead = await other.register(prefix, wid(), other_lease) if out_of_turn else first
+        mine = await backend.register(prefix, wid(), lease)
+        assert [e.key for e in mine.ahead] == [ahead.entry.key]
+        result: list[Position | None] = []
+
+        async def wait(
+            ahead: Position = ahead, mine: Position = mine, result: list[Position | None] = result
+        ) -> None:
+            keys = [ahead.entry.key]
+            result.append(
+                await backend.wait_deleted(keys, revision=mine.revision, entry=mine.entry)
+            )
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait)
+                await anyio.sleep(0.2)
+                assert await other.delete(ahead.entry)
+        (proven,) = result
+        read = await backend.position(mine.entry)
+        if proven is not None:
+            assert not out_of_turn
+            assert proven.entry == mine.entry
+            assert proven.is_head
+        assert read.is_head is not out_of_turn
+        await backend.delete(mine.entry)
+        if out_of_turn:
+            await other.delete(first.entry)
+
+
 async def test_wait_deleted_and_wait_changed(clients: list[coord.Client]) -> None:
     backend, lease, other, _ = parts(clients)
     position = await backend.register("c/wait/", wid(), lease, value=b"v")
