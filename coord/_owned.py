@@ -1,10 +1,13 @@
 """Work a session owns: registrations, guarded deletes and settles of writes.
 
-Each runs in a task of the session, which owns its outcome; the caller only waits for
-it. An anyio shield does not stop a native asyncio cancellation (``task.cancel()``,
-``asyncio.timeout``), so a cleanup awaited by the caller itself could be cut short and
-leave a key behind; a cleanup owned by the session cannot. A caller that goes away
-leaves the task to delete (or undo) what the request made, once its reply is in.
+Registrations and settles run in a task of the session, which owns their outcome; the
+caller only waits for it. An anyio shield does not stop a native asyncio cancellation
+(``task.cancel()``, ``asyncio.timeout``), so a cleanup awaited by the caller itself could
+be cut short and leave a key behind; a cleanup owned by the session cannot. A caller that
+goes away leaves the task to delete (or undo) what the request made, once its reply is
+in. A delete (a release) is made by the caller's task, which spares a task and a loop
+turn per release; whatever cuts it short (a native cancellation, the TTL) hands it to a
+task of the session at once, which repeats it until it is done.
 
 :class:`OwnedWork` is what :class:`coord._session.Session` is made of besides the
 lease's life: it needs only the session's task group, its lease and its loss.
@@ -140,21 +143,27 @@ class OwnedWork(ABC):
         return request.position
 
     async def delete(self, entry: Entry) -> bool | None:
-        """Delete *entry* in a task of the session, guarded by its creation revision.
+        """Delete *entry*, guarded by its creation revision.
 
-        Waits for the outcome, shielded from anyio cancellation and bounded by the TTL:
+        Made by the caller's task (a task of the session would cost a task and a loop
+        turn per release), shielded from anyio cancellation and bounded by the TTL:
         True if deleted, False if it was not there, None if not known (the store did not
-        answer in time: the task keeps trying in the background while the session lives,
-        CURATOR-678; or the session is lost, and the entry with it). A native asyncio
-        cancellation stops the wait, not the delete.
+        answer in time: a task of the session keeps trying in the background while the
+        session lives, CURATOR-678; or the session is lost, and the entry with it). A
+        native asyncio cancellation, which no anyio shield stops, ends the caller's
+        attempt and not the delete: a task of the session takes it over at once.
         """
         if not self.running or self.lost:
             return None
         outcome: list[bool] = []
-        done = anyio.Event()
-        self.start_soon(partial(self._delete_until_done, entry, outcome, done))
-        with anyio.move_on_after(self.ttl, shield=True):
-            await done.wait()
+        try:
+            with anyio.move_on_after(self.ttl, shield=True):
+                await self._delete_until_done(entry, outcome)
+        except ClosedError:
+            return None  # the session was closed meanwhile (its lease revoked)
+        finally:
+            if not outcome:  # cancelled, timed out, or lost or closed (then a no-op)
+                self.discard(entry)
         return outcome[0] if outcome else None
 
     async def settle(
@@ -223,28 +232,25 @@ class OwnedWork(ABC):
         when the store is unreachable), and a thousand of them do not wait in shielded
         scopes (which anyio would keep re-cancelling, starving the event loop)."""
         if self.running and not self.lost:
-            self.start_soon(partial(self._delete_until_done, entry, [], anyio.Event()))
+            self.start_soon(partial(self._delete_until_done, entry, []))
 
-    async def _delete_until_done(
-        self, entry: Entry, outcome: list[bool], done: anyio.Event
-    ) -> None:
-        try:
-            for attempt in _retry.attempts():
-                try:
-                    async with _slot(self.in_flight):
-                        outcome.append(await self.backend.delete(entry))
+    async def _delete_until_done(self, entry: Entry, outcome: list[bool]) -> None:
+        """Delete *entry*, again after each failure while the session lives; its outcome
+        (deleted, or not there) goes to *outcome*."""
+        for attempt in _retry.attempts():
+            try:
+                async with _slot(self.in_flight):
+                    outcome.append(await self.backend.delete(entry))
+                return
+            except SessionExpiredError:
+                self.declare_lost("the store no longer knows the session's lease")
+                return
+            except BackendError as exc:
+                if self.lost or not self.running:
                     return
-                except SessionExpiredError:
-                    self.declare_lost("the store no longer knows the session's lease")
-                    return
-                except BackendError as exc:
-                    if self.lost:
-                        return
-                    if attempt == 3:
-                        _log.warning("coord: deleting %s keeps failing: %s", entry.key, exc)
-                    await _retry.backoff(attempt)
-        finally:
-            done.set()
+                if attempt == 3:
+                    _log.warning("coord: deleting %s keeps failing: %s", entry.key, exc)
+                await _retry.backoff(attempt)
 
 
 class _slot:  # used as a function: ``async with _slot(semaphore)``

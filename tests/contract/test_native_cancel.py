@@ -2,8 +2,9 @@
 which an anyio shield does not stop: whatever it interrupts, no key may stay behind.
 
 The cleanup that must happen (deleting a waiter key, a released key) runs in a task the
-session owns, so cancelling the caller stops only its wait. Run on the stores that run on
-asyncio.
+session owns, or is handed to one at once when a cancellation cuts it short in the
+caller's task (a release), so cancelling the caller stops only its wait. Run on the
+stores that run on asyncio.
 """
 
 from __future__ import annotations

@@ -429,3 +429,45 @@ async def test_an_idle_locks_acquire_reads_no_position_and_a_tailless_queue_is_n
         assert await a.backend.get("m/@") is None
         mine = await a.backend.register("m/", wid(), a.session.lease)
         assert mine.ahead == (first.entry,)
+
+
+async def test_a_sender_cancelled_in_flight_leaves_the_next_batch_sent(
+    etcd_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first registration on a prefix is sent by its caller's task (no task of the
+    backend while registrations come one at a time). Cancelled with its batch in flight,
+    it hands what arrived meanwhile to a task of the backend, and its own outcome is
+    unknown: its abandonment settles it."""
+    async with coord.connect(etcd_url, ttl=30) as a:
+        backend = a.backend
+        assert isinstance(backend, EtcdBackend)
+        registrar, lease = backend._registrar, a.session.lease
+        entered, gate = asyncio.Event(), asyncio.Event()
+        real = registrar._attempt
+        attempts = 0
+
+        async def held(*args: Any, **kwargs: Any) -> Any:
+            nonlocal attempts
+            attempts += 1
+            if attempts == 1:
+                entered.set()
+                await gate.wait()  # never set: the caller is cancelled here
+            return await real(*args, **kwargs)
+
+        monkeypatch.setattr(registrar, "_attempt", held)
+        first_id = wid()
+        first = asyncio.ensure_future(backend.register("s/", first_id, lease))
+        with anyio.fail_after(5):
+            await entered.wait()
+        second = asyncio.ensure_future(backend.register("s/", wid(), lease))
+        await asyncio.sleep(0)
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        with anyio.fail_after(5):
+            position = await second  # sent all the same, by a task of the backend
+        assert not position.ahead
+        abandoned = Entry("s/" + first_id, lease=lease.id)
+        assert await backend.delete(abandoned) is False  # it was never sent
+        listed = await backend.entries("s/")
+        assert [e.key for e in listed.entries] == [position.entry.key]
