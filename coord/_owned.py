@@ -124,7 +124,10 @@ class OwnedWork(ABC):
         lease = self.check()
         new_id = waiter_id() if waiter_id is not None else _keys.new_waiter_id()
         request = _Registration(prefix, new_id, lease, value, ahead, kind, retry, durable)
+        if on_abandon is None and not durable and self.backend.cheap_abandon:
+            return await request.here(self)
         request.on_abandon = on_abandon
+        request.done = anyio.Event()
         self.start_soon(lambda: request.run(self))
         try:
             await request.done.wait()
@@ -304,7 +307,30 @@ class _Registration:
         self.error: Exception | None = None
         self.abandoned = False
         self.on_abandon: Callable[[Entry | None], None] | None = None
-        self.done = anyio.Event()
+        self.done: anyio.Event  # set by the caller that waits for run()
+
+    async def here(self, session: OwnedWork) -> Position:
+        """Register in the caller's task, on a backend that undoes a registration cut
+        short as cheaply as one that answered (:attr:`coord.abc.Backend.cheap_abandon`):
+        whatever ends it without a position (an error, any cancellation) has a task of
+        the session delete what it may have made, at once."""
+        try:
+            return await self._attempts(session)
+        except SessionExpiredError:
+            session.declare_lost("the store refused a registration on the session's lease")
+            raise
+        except EntryGoneError as gone:  # its lease expired under it, or someone deleted it
+            self._undo(session)
+            if session.lost:
+                raise SessionExpiredError(f"the session was lost ({session.reason})") from gone
+            raise
+        except BaseException:
+            self._undo(session)
+            raise
+
+    def _undo(self, session: OwnedWork) -> None:
+        if not session.lost:
+            session.discard(Entry(self.prefix + self.waiter_id, lease=self.lease.id))
 
     async def run(self, session: OwnedWork) -> None:
         try:

@@ -255,6 +255,13 @@ class Backend(AsyncResource):
 
     #: True if the backend runs on any anyio event loop, False if asyncio only.
     any_event_loop: bool = True
+    #: True if a registration cancelled in flight costs no more to undo than one that
+    #: answered: the delete of its provisional entry waits for its answer, then deletes
+    #: the entry it made by key (etcd's registrar, the memory store). A session then
+    #: registers in its caller's task and undoes a cancelled registration by that
+    #: delete. False (ZooKeeper: the delete searches the queue for the waiter id): the
+    #: session finishes each registration in a task of its own, then deletes its entry.
+    cheap_abandon: bool = False
     #: The longest lease TTL the store accepts, in seconds (checked when a client is made).
     max_ttl: float = math.inf
     #: The largest entry value this backend accepts in any write, in bytes: a value that

@@ -81,6 +81,9 @@ class MemoryBackend(Backend):
     :param store: the store to use; a fresh private one if omitted
     """
 
+    #: A registration either made its key (found by its waiter id alone) or did not.
+    cheap_abandon = True
+
     def __init__(self, store: MemoryStore | None = None) -> None:
         self.store: MemoryStore = store if store is not None else MemoryStore()
         self._tg: TaskGroup | None = None

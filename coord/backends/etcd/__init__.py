@@ -86,6 +86,8 @@ class EtcdBackend(Backend):
     """
 
     any_event_loop = False
+    #: The registrar settles a registration cancelled in flight (``_register.py``).
+    cheap_abandon = True
     #: etcd's own limit (``MaxLeaseTTL``, about 285 years).
     max_ttl: float = 9_000_000_000.0
     #: etcd's ``--max-request-bytes`` is 1.5 MiB (1,572,864) by default; a request is
