@@ -306,6 +306,8 @@ class _Registration:
         self.position: Position | None = None
         self.error: Exception | None = None
         self.abandoned = False
+        #: A request went to the backend (until then, nothing can have been made).
+        self.sent = False
         self.on_abandon: Callable[[Entry | None], None] | None = None
         self.done: anyio.Event  # set by the caller that waits for run()
 
@@ -329,7 +331,9 @@ class _Registration:
             raise
 
     def _undo(self, session: OwnedWork) -> None:
-        if not session.lost:
+        # Not sent (e.g. cancelled while waiting for a request slot): nothing to find,
+        # and a search for it would cost a read of the queue (a listing on etcd).
+        if self.sent and not session.lost:
             session.discard(Entry(self.prefix + self.waiter_id, lease=self.lease.id))
 
     async def run(self, session: OwnedWork) -> None:
@@ -365,6 +369,7 @@ class _Registration:
         for attempt in _retry.attempts():
             try:
                 async with _slot(session.in_flight):
+                    self.sent = True
                     return await backend.register(
                         self.prefix,
                         self.waiter_id,

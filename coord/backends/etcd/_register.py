@@ -125,15 +125,12 @@ class Registrar:
                 request = _Request(prefix, waiter_id, value, lease, exclusive, loop.create_future())
                 request.future.set_result((found, None, 0))
                 self._requests[ident] = request
-        send: deque[_Request] | None = None
         if request is None or request.future.cancelled():  # else: take the earlier one over
             request = _Request(prefix, waiter_id, value, lease, exclusive, loop.create_future())
             self._requests[ident] = request
-            send = self._enqueue(pk, request)
+            self._enqueue(pk, request)
         request.gone = False
         try:
-            if send is not None:  # nothing was in flight here: sent by this task
-                await self._send_first(pk, send)
             # Shielded: a cancelled caller leaves the request's outcome to a repeat, or
             # to the abandonment that deletes what it made.
             entry, before, revision = await asyncio.shield(request.future)
@@ -180,46 +177,18 @@ class Registrar:
 
     # -- the sender ----------------------------------------------------------------------------
 
-    def _enqueue(self, pk: bytes, request: _Request) -> deque[_Request] | None:
-        """Queue *request* to be sent; returns its queue if no batch of *pk* is in flight:
-        the caller then sends it (:meth:`_send_first`), which spares a task and a loop
-        turn when registrations come one at a time."""
+    def _enqueue(self, pk: bytes, request: _Request) -> None:
+        # Sent by a task of the backend, never by the caller's: a caller cancelled with
+        # its transaction in flight would cut the transaction, and its outcome would be
+        # unknown (settled by a kill key or a move of the tail), where a task's answer
+        # lets its abandonment delete what it made by key.
         waiting = self._waiting.get(pk)
-        if waiting is not None:
-            waiting.append(request)
-            return None
-        if self._b._tg is None:
-            raise ClosedError("the etcd backend is closed")
-        waiting = self._waiting[pk] = deque([request])
-        return waiting
-
-    async def _send_first(self, pk: bytes, waiting: deque[_Request]) -> None:
-        """Send the first batch of *waiting* in the caller's task, then leave what has
-        arrived meanwhile to a task of the backend (:meth:`_send`). A cancelled caller
-        (its session's end) leaves its batch's outcome unknown: settled by the
-        abandonment, as a lost answer's."""
-        batch = self._take(waiting)
-        try:
-            if batch:
-                await self._register(pk, batch)
-        except Exception as exc:
-            for request in batch:
-                _fail(request, exc)
-        except BaseException:
-            for request in batch:
-                _fail(request, BackendUnavailable("etcd: the registration was interrupted"))
-            raise
-        finally:
-            if not waiting:
-                if self._waiting.get(pk) is waiting:
-                    del self._waiting[pk]
-            elif self._b._tg is not None:
-                self._b._tg.start_soon(self._send, pk, waiting)
-            else:
-                if self._waiting.get(pk) is waiting:
-                    del self._waiting[pk]
-                for request in waiting:
-                    _fail(request, ClosedError("the etcd backend was closed"))
+        if waiting is None:
+            if self._b._tg is None:
+                raise ClosedError("the etcd backend is closed")
+            waiting = self._waiting[pk] = deque()
+            self._b._tg.start_soon(self._send, pk, waiting)
+        waiting.append(request)
 
     async def _send(self, pk: bytes, waiting: deque[_Request]) -> None:
         batch: list[_Request] = []

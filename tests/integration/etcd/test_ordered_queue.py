@@ -7,18 +7,22 @@ review; key order must stay queue order and fences must keep increasing."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import random
 import uuid
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
+from aetcd import rpc
 
 import coord
 from coord._url import parse_url
 from coord.abc import Create, Entry
 from coord.backends.etcd import EtcdBackend
-from coord.testing import expire_session
+from coord.backends.etcd._kv import range_end
+from coord.testing import expire_session, wait_for_no_waiters
 
 from ._handoff import requests_of
 
@@ -431,43 +435,82 @@ async def test_an_idle_locks_acquire_reads_no_position_and_a_tailless_queue_is_n
         assert mine.ahead == (first.entry,)
 
 
-async def test_a_sender_cancelled_in_flight_leaves_the_next_batch_sent(
+async def all_keys(backend: EtcdBackend) -> list[bytes]:
+    """Every key under the backend's namespace."""
+    root = backend._root
+    request = rpc.RangeRequest(key=root, range_end=range_end(root), keys_only=True)
+    reply = await backend._conn.call("list", lambda c: c.kv.Range, request)
+    return [bytes(kv.key) for kv in reply.kvs]
+
+
+async def test_acquires_cut_short_with_their_registration_in_flight_leave_no_key(
     etcd_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The first registration on a prefix is sent by its caller's task (no task of the
-    backend while registrations come one at a time). Cancelled with its batch in flight,
-    it hands what arrived meanwhile to a task of the backend, and its own outcome is
-    unknown: its abandonment settles it."""
+    """An acquire registers in its own task; the transaction goes out from a task of the
+    backend, so a caller cancelled (natively) with it in flight leaves it whole: its
+    abandonment deletes the key by its answer. Cut in the caller's task, its outcome
+    would be unknown, settled by a kill key bound to the live lease, one per cancel
+    (an adversarial review's finding)."""
     async with coord.connect(etcd_url, ttl=30) as a:
         backend = a.backend
         assert isinstance(backend, EtcdBackend)
-        registrar, lease = backend._registrar, a.session.lease
-        entered, gate = asyncio.Event(), asyncio.Event()
+        registrar = backend._registrar
+        sent = asyncio.Event()
         real = registrar._attempt
-        attempts = 0
 
-        async def held(*args: Any, **kwargs: Any) -> Any:
-            nonlocal attempts
-            attempts += 1
-            if attempts == 1:
-                entered.set()
-                await gate.wait()  # never set: the caller is cancelled here
+        async def attempt(*args: Any, **kwargs: Any) -> Any:
+            sent.set()
             return await real(*args, **kwargs)
 
-        monkeypatch.setattr(registrar, "_attempt", held)
-        first_id = wid()
-        first = asyncio.ensure_future(backend.register("s/", first_id, lease))
-        with anyio.fail_after(5):
-            await entered.wait()
-        second = asyncio.ensure_future(backend.register("s/", wid(), lease))
+        monkeypatch.setattr(registrar, "_attempt", attempt)
+        for _ in range(10):
+            sent.clear()
+            task = asyncio.create_task(a.mutex("idle").acquire())
+            await sent.wait()
+            await asyncio.sleep(0)  # the transaction is on its way
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+                await a.mutex("idle").release()  # (not reached: it is cancelled)
+        rng = random.Random(3)
+        for _ in range(200):  # the public API alone: a timeout anywhere in an acquire
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(rng.random() * 0.002), a.mutex("idle"):
+                    pass
+        with anyio.fail_after(10):
+            await wait_for_no_waiters(a, "idle")
+            while await all_keys(backend):  # noqa: ASYNC110 (abandonments to finish)
+                await anyio.sleep(0.05)
+
+
+async def test_acquires_cancelled_before_sending_cost_no_listing(
+    etcd_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Acquires cancelled while they wait for one of the session's request slots sent
+    nothing: undoing them reads nothing (the search for a registration whose outcome is
+    unknown lists the queue). An adversarial review's finding: 600 of them cost 59-65
+    listings."""
+    async with coord.connect(etcd_url, ttl=30) as a, coord.connect(etcd_url, ttl=30) as b:
+        holder = b.mutex("slots")
+        await holder.acquire()
+        backend = a.backend
+        assert isinstance(backend, EtcdBackend)
+        listings = 0
+        real = backend._find_ordered
+
+        async def counting(*args: Any, **kwargs: Any) -> Any:
+            nonlocal listings
+            listings += 1
+            return await real(*args, **kwargs)
+
+        monkeypatch.setattr(backend, "_find_ordered", counting)
+        tasks = [asyncio.create_task(a.mutex("slots").acquire()) for _ in range(600)]
         await asyncio.sleep(0)
-        first.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await first
-        with anyio.fail_after(5):
-            position = await second  # sent all the same, by a task of the backend
-        assert not position.ahead
-        abandoned = Entry("s/" + first_id, lease=lease.id)
-        assert await backend.delete(abandoned) is False  # it was never sent
-        listed = await backend.entries("s/")
-        assert [e.key for e in listed.entries] == [position.entry.key]
+        await asyncio.sleep(0)  # each has started: 32 hold a slot, the others wait for one
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await holder.release()
+        with anyio.fail_after(60):
+            await wait_for_no_waiters(b, "slots")
+        assert listings == 0
