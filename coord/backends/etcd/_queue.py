@@ -39,8 +39,11 @@ of 64 numbers), strictly increasing along the queue and over time.
   (and the links of the exclusive waiters: at most 62 waiters, for etcd's 128 operations).
   The range holds at most one key: the predecessor of the batch's first waiter, if it is
   still there; each next waiter's is the one before it in the batch. Another client's
-  registration in between fails the compare, and the answer carries the tail: the batch
-  goes again with new numbers. A batch whose answer was lost is settled before its
+  registration in between fails the compare. Clients that register on one lock together
+  mostly miss each other by one registration of one number, so the failure branch tries
+  that too: ``If(Create(tail) == c, Version(tail) == v+1, Value(tail) == n+1, key n+1
+  of mine absent) Then(the same, numbered from n+2)`` (a batch of at most 8 waiters);
+  else the answer carries the tail, and the batch goes again with new numbers. A batch whose answer was lost is settled before its
   waiters register again or give up, so that it can never be applied late: one made with
   a tail by moving the tail, one made without by creating the key its compares say is
   absent (``P!<order><waiter id>``, outside the queue's range, bound to the lease).

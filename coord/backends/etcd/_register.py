@@ -7,7 +7,8 @@ one lease; a batch that would cross a multiple of 64 order numbers starts at the
 one: numbers may skip, never repeat). An exclusive waiter (one that waits for the entry
 right ahead of it alone: a mutex's, a writer's) gets its link too (``_queue.py``). Each
 batch compares the tail it read, so a conflict with another client costs a round trip,
-not a wrong order.
+not a wrong order; and it tries the commonest conflict, one registration of one number
+in between, in the same transaction (:class:`_Guess`).
 
 A registration whose caller stopped waiting (cancelled) or whose answer was lost
 (BackendUnavailable) stays known by its waiter id until a repeat takes it over or an
@@ -20,13 +21,13 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from aetcd import rpc
 
 from ..._exceptions import BackendUnavailable, ClosedError, ConfigurationError
 from ...abc import Entry, Position
-from ._kv import _CREATE, _EQUAL, _LEASE, _MOD
+from ._kv import _CREATE, _EQUAL, _LEASE, _MOD, _VALUE, _VERSION
 from ._queue import (
     BATCH,
     SUB,
@@ -57,17 +58,50 @@ __all__ = ["Registrar"]
 AT_HEAD = Entry("")
 
 
+#: Most waiters of a batch sent with a guess (the guess doubles its transaction).
+GUESS_BATCH = 8
+
+
+class _Tail(NamedTuple):
+    """A prefix's tail as last seen: its mod revision (0: no tail), its number (with no
+    tail: one below any key's, see :func:`_tail_of`), its version and its creation
+    revision (0 when not known: then no guess)."""
+
+    mod: int
+    last: int
+    version: int = 0
+    create: int = 0
+
+
+@dataclass(frozen=True)
+class _Guess:
+    """The other branch of a registration made with a tail (``Registrar._attempt``):
+    taken if, since the tail read, exactly one registration took exactly one number, the
+    next (the tail is then of creation *create*, version *version*, value *value*), and
+    the first key of the batch's own branch is absent; mine is then *key*, numbered
+    *order*."""
+
+    create: int
+    version: int
+    value: int
+    first: bytes  # the first key of the batch's own branch
+    order: int
+    key: bytes
+
+
 @dataclass(frozen=True)
 class _Doubt:
     """A registration sent whose answer was lost. It may still be applied: with a tail
-    (*mod*, its mod revision), only while the tail has not moved; with none (*mod* 0),
-    as long as no key sorts at or after *first* and ``kill_key(first)`` is absent."""
+    (*mod*, its mod revision), only while the tail has not moved, or (*guess*) while it
+    is as the guess says; with none (*mod* 0), as long as no key sorts at or after
+    *first* and ``kill_key(first)`` is absent."""
 
     mod: int
     order: int
     key: bytes
     lease: int
     first: bytes  # the first key of its batch
+    guess: _Guess | None = None
 
 
 @dataclass(eq=False)
@@ -94,8 +128,8 @@ class Registrar:
     def __init__(self, backend: Backend, queues: Queues) -> None:
         self._b = backend
         self._queues = queues
-        # Last seen (mod revision, newest order number) of each prefix's tail.
-        self._tails: dict[bytes, tuple[int, int]] = {}
+        # Last seen tail of each prefix.
+        self._tails: dict[bytes, _Tail] = {}
         # The requests of each prefix not sent yet, while its sender task runs.
         self._waiting: dict[bytes, deque[_Request]] = {}
         # prefix + waiter id -> its registration, until its caller has the answer.
@@ -227,27 +261,34 @@ class Registrar:
 
     # -- one batch -----------------------------------------------------------------------------
 
-    async def _read_tail(self, pk: bytes) -> tuple[int, int]:
+    async def _read_tail(self, pk: bytes) -> _Tail:
         request = rpc.RangeRequest(key=tail_key(pk))
         reply = await self._b._conn.call("register", lambda c: c.kv.Range, request)
         return _tail_of(reply.kvs, reply.header.revision)
 
     async def _register(self, pk: bytes, batch: list[_Request]) -> None:
         known = self._tails.get(pk)
-        mod, last = known if known is not None else await self._read_tail(pk)
+        tail = known if known is not None else await self._read_tail(pk)
+        n = len(batch)
         while True:
-            # One batch never crosses a multiple of 64 numbers (its fences share its
-            # store revision: fence_revision): one that would starts at the next one.
-            first = last + 1
-            if first % SUB + len(batch) > SUB:
-                first += SUB - first % SUB
+            first = _first(tail.last, n)
             keys = [order_key(pk, first + i) + r.waiter_id.encode() for i, r in enumerate(batch)]
+            # With a tail, the transaction also tries the numbers after one more taken:
+            # the usual conflict of clients registering on one lock together.
+            guess = tail.mod and tail.create and n <= GUESS_BATCH and self._small(batch)
+            first2 = _first(tail.last + 1, n)
+            keys2 = [order_key(pk, first2 + i) + r.waiter_id.encode() for i, r in enumerate(batch)]
             for i, request in enumerate(batch):
-                request.doubt = _Doubt(mod, first + i, keys[i], request.lease, keys[0])
+                other = None
+                if guess:
+                    other = _Guess(
+                        tail.create, tail.version + 1, tail.last + 1, keys[0], first2 + i, keys2[i]
+                    )
+                request.doubt = _Doubt(tail.mod, first + i, keys[i], request.lease, keys[0], other)
             try:
-                reply = await self._attempt(pk, batch, keys, mod, (last, first))
+                reply = await self._attempt(pk, batch, keys, tail, first)
             except BackendUnavailable:
-                if mod:
+                if tail.mod:
                     raise
                 # Made with no tail, it is not repeated inside the call: settled here, it
                 # can never apply late; then it goes again, unless it was applied.
@@ -255,23 +296,39 @@ class Registrar:
                 if isinstance(found, Entry):
                     revision, before = found.version, None
                     break
-                mod, last = await self._read_tail(pk)
+                tail = await self._read_tail(pk)
                 continue
             if reply.succeeded:
                 revision = reply.header.revision
-                self._remember(pk, (revision, first + len(batch) - 1))
-                kvs = entries_of(reply.responses[1 + len(batch)].response_range.kvs)
+                if tail.mod:  # my put of the tail: one version more
+                    made = _Tail(revision, first + n - 1, tail.version + 1, tail.create)
+                else:  # the tail made by my put
+                    made = _Tail(revision, first + n - 1, 1, revision)
+                self._remember(pk, made)
+                kvs = entries_of(reply.responses[1 + n].response_range.kvs)
                 before = self._b._entry(kvs[-1]) if kvs else None
-                heads = reply.responses[2 + len(batch)].response_range.kvs if not mod else ()
+                heads = reply.responses[2 + n].response_range.kvs if not tail.mod else ()
                 if heads and bytes(heads[0].key) == keys[0]:
                     before = AT_HEAD
                 break
+            other = reply.responses[2].response_txn if guess else None
+            if other is not None and other.succeeded:  # one more was taken: the guess
+                revision = reply.header.revision
+                first, keys = first2, keys2
+                self._remember(pk, _Tail(revision, first + n - 1, tail.version + 2, tail.create))
+                kvs = entries_of(other.responses[1 + n].response_range.kvs)
+                before = self._b._entry(kvs[-1]) if kvs else None
+                break
             mine = reply.responses[1].response_range.kvs
+            if other is not None and not mine:  # (the guess's first key, in its failure)
+                found = other.responses[0].response_range.kvs
+                if found and found[0].lease == batch[0].lease:
+                    mine, first, keys = found, first2, keys2
             if mine and mine[0].lease == batch[0].lease:  # a lost answer: it was applied
                 revision, before = mine[0].create_revision, None
                 self._tails.pop(pk, None)
                 break
-            mod, last = self._after_conflict(pk, reply)
+            tail = self._after_conflict(pk, reply)
         root = len(self._b._root)
         for i, (key, request) in enumerate(zip(keys, batch, strict=True)):
             created = fence_revision(revision, first + i)
@@ -280,39 +337,72 @@ class Registrar:
                 request.future.set_result((entry, before, revision))
             before = entry
 
+    def _small(self, batch: list[_Request]) -> bool:
+        """Whether *batch* fits twice in a request (its guess doubles it)."""
+        size = sum(len(r.value) + 2 * len(r.prefix) + 2 * len(r.waiter_id) + 128 for r in batch)
+        return 2 * size < self._b.max_request_size // 2
+
     async def _attempt(
-        self, pk: bytes, batch: list[_Request], keys: list[bytes], mod: int, span: tuple[int, int]
+        self, pk: bytes, batch: list[_Request], keys: list[bytes], tail: _Tail, first: int
     ) -> Any:
-        tail = tail_key(pk)
-        last, first = span  # the tail's number (or the guess), and the batch's first
-        success = [
-            _put(tail, b"%d" % (first + len(batch) - 1), batch[-1].lease),
-            *(_put(k, r.value, r.lease) for k, r in zip(keys, batch, strict=True)),
-            range_op(order_key(pk, last), keys[0]),  # the one ahead: the tail's, if still there
-        ]
-        failure = [range_op(tail), range_op(keys[0])]
-        if not mod:  # the last key of the queue, which mine must sort after
+        """One registration transaction of *batch* as *keys*, numbered from *first*, after
+        the tail read as *tail*; with its guess (``_Doubt.guess``) nested in its failure
+        branch if the batch's doubts have one."""
+        success = self._branch(pk, batch, keys, tail.last, first, heads=not tail.mod)
+        failure = [range_op(tail_key(pk)), range_op(keys[0])]
+        if not tail.mod:  # the last key of the queue, which mine must sort after
             failure.append(range_op(keys[0], ordered_end(pk), last=True))
-            # and on success, the queue's first key: mine if nobody is ahead (an idle
-            # lock's acquire then needs no position read). Only with no tail: the queue
-            # is empty then, but for the waiters of a tail that left with its waiter.
+        guess = batch[0].doubt.guess if batch[0].doubt is not None else None
+        if guess is not None:
+            keys2 = [r.doubt.guess.key for r in batch if r.doubt and r.doubt.guess]
+            other = rpc.TxnRequest(
+                compare=_guess_compare(pk, guess),
+                success=self._branch(pk, batch, keys2, guess.value, guess.order, heads=False),
+                failure=[range_op(guess.key)],
+            )
+            failure.append(rpc.RequestOp(request_txn=other))
+        # With no tail, not repeated inside the call: a first try that is only late
+        # would still apply after a repeat failed, once the queue drained again. The
+        # caller (_register) settles a failed one instead, then goes again.
+        compare = self._compare(pk, tail.mod, keys[0])
+        return await self._b._txn(
+            "register", compare, success, failure=failure, retry=bool(tail.mod)
+        )
+
+    def _branch(
+        self,
+        pk: bytes,
+        batch: list[_Request],
+        keys: list[bytes],
+        last: int,
+        first: int,
+        *,
+        heads: bool,
+    ) -> list[Any]:
+        """The operations that register *batch* as *keys* (numbered from *first*) after
+        the tail numbered *last*: the tail's put, my keys', a read of the one ahead
+        (the tail's, if still there), the queue's first key if *heads* (only with no
+        tail: the queue is empty then, but for the waiters of a tail that left with its
+        waiter: an idle lock's acquire then needs no position read), and the links."""
+        ops = [
+            _put(tail_key(pk), b"%d" % (first + len(batch) - 1), batch[-1].lease),
+            *(_put(k, r.value, r.lease) for k, r in zip(keys, batch, strict=True)),
+            range_op(order_key(pk, last), keys[0]),
+        ]
+        if heads:
             head = rpc.RangeRequest(
                 key=queue_range(pk)[0], range_end=keys[0] + b"\0", limit=1, keys_only=True
             )
-            success.append(rpc.RequestOp(request_range=head))
+            ops.append(rpc.RequestOp(request_range=head))
         # The links last: the reads above find the queue as it was, with my keys only.
         # None with no tail: the queue is empty then (but for rare stragglers of a tail
         # that left), so the batch's first waiter is the first entry (an idle lock's
         # acquire: a put less), and the others wait behind it and read.
-        if mod:
-            success.extend(
+        else:
+            ops.extend(
                 _put(link_key(pk, first + i), b"", r.lease) for i, r in enumerate(batch) if r.link
             )
-        # With no tail, not repeated inside the call: a first try that is only late
-        # would still apply after a repeat failed, once the queue drained again. The
-        # caller (_register) settles a failed one instead, then goes again.
-        compare = self._compare(pk, mod, keys[0])
-        return await self._b._txn("register", compare, success, failure=failure, retry=bool(mod))
+        return ops
 
     def _compare(self, pk: bytes, mod: int, first: bytes) -> list[Any]:
         """A registration's compares, made after reading the tail at *mod*: the tail is
@@ -329,12 +419,19 @@ class Registrar:
         killed = rpc.Compare(key=kill_key(first), target=_CREATE, create_revision=0, result=_EQUAL)
         return [tail, after, killed]
 
-    def _after_conflict(self, pk: bytes, reply: Any) -> tuple[int, int]:
+    def _after_conflict(self, pk: bytes, reply: Any) -> _Tail:
         """The tail to number from after a failed compare."""
         responses = reply.responses
-        mod, last = _tail_of(responses[0].response_range.kvs, reply.header.revision)
-        after = responses[2].response_range.kvs if len(responses) > 2 else ()
-        if not mod and after:  # no tail, and a key that sorts after the first I took
+        tail = _tail_of(responses[0].response_range.kvs, reply.header.revision)
+        mod, last = tail.mod, tail.last
+        # (with no tail at my attempt, the third answer is the queue's last key; with one,
+        # it is the guess's transaction)
+        after: Any = ()
+        if len(responses) > 2 and not mod:
+            third = responses[2]
+            if third.WhichOneof("response") == "response_range":
+                after = third.response_range.kvs
+        if after:  # no tail, and a key that sorts after the first I took
             key = bytes(after[0].key)
             order = order_of(key.decode(errors="replace"))
             if order is None:  # it would fail every attempt
@@ -342,9 +439,9 @@ class Registrar:
                     f"etcd: the key {key!r} lies among the waiter entries of its prefix but "
                     "is not one (another recipe's entries under the same name?)"
                 )
-            last = max(last, order)
-        self._remember(pk, (mod, last))
-        return mod, last
+            tail = _Tail(0, max(last, order))
+        self._remember(pk, tail)
+        return tail
 
     def tail_dropped(self, key: bytes, revision: int) -> None:
         """The delete of the waiter key *key* at *revision* deleted its queue's tail too
@@ -355,7 +452,7 @@ class Registrar:
         if pk in self._tails:
             self._remember(pk, _tail_of((), revision))
 
-    def _remember(self, pk: bytes, tail: tuple[int, int]) -> None:
+    def _remember(self, pk: bytes, tail: _Tail) -> None:
         if len(self._tails) >= 4096:
             self._tails.clear()
         self._tails[pk] = tail
@@ -369,36 +466,82 @@ class Registrar:
         :returns: the entry it made (None: none), or with *delete* whether one was deleted
         """
         pk = doubt.key[: doubt.key.rindex(b"/") + 1]
-        mine = rpc.Compare(key=doubt.key, target=_LEASE, lease=doubt.lease, result=_EQUAL)
-        drop = rpc.TxnRequest(compare=[mine], success=drop_ops(doubt.key, doubt.order))
-        then = rpc.RequestOp(request_txn=drop) if delete else range_op(doubt.key)
+        made = [(doubt.key, doubt.order)]
+        if doubt.guess is not None:  # or its guess's
+            made.append((doubt.guess.key, doubt.guess.order))
+        thens = [self._then(key, order, doubt.lease, delete=delete) for key, order in made]
+        bump = rpc.RequestOp(
+            request_put=rpc.PutRequest(key=tail_key(pk), ignore_value=True, ignore_lease=True)
+        )
         if doubt.mod:  # it failed if the tail moved: move it (its value and lease stay)
-            bump = rpc.PutRequest(key=tail_key(pk), ignore_value=True, ignore_lease=True)
+            failure = thens
+            if doubt.guess is not None:  # or if it is not as the guess says: else move it
+                other = rpc.TxnRequest(
+                    compare=_guess_compare(pk, doubt.guess), success=[bump], failure=thens
+                )
+                failure = [rpc.RequestOp(request_txn=other)]
             compare = self._compare(pk, doubt.mod, doubt.first)
-            reply = await self._b._txn(
-                "register", compare, [rpc.RequestOp(request_put=bump)], failure=[then]
-            )
-            answer = None if reply.succeeded else reply.responses[0]
+            reply = await self._b._txn("register", compare, [bump], failure=failure)
+            answers: list[Any] = [] if reply.succeeded else list(reply.responses)
+            if answers and doubt.guess is not None:
+                nested = answers[0].response_txn
+                answers = [] if nested.succeeded else list(nested.responses)
         else:  # it fails once its kill key exists, bound to its lease as its keys were
             kill = _put(kill_key(doubt.first), b"", doubt.lease)
-            reply = await self._b._txn("register", [], [kill, then])
-            answer = reply.responses[1]
+            reply = await self._b._txn("register", [], [kill, *thens])
+            answers = list(reply.responses[1:])
         self._tails.pop(pk, None)
-        if answer is None:
-            return False if delete else None
         if delete:
-            return bool(answer.response_txn.succeeded)
-        kvs = answer.response_range.kvs
-        return self._b._entry(kvs[0]) if kvs and kvs[0].lease == doubt.lease else None
+            return any(answer.response_txn.succeeded for answer in answers)
+        for answer in answers:
+            kvs = answer.response_range.kvs
+            if kvs and kvs[0].lease == doubt.lease:
+                return self._b._entry(kvs[0])
+        return None
+
+    @staticmethod
+    def _then(key: bytes, order: int, lease: int, *, delete: bool) -> Any:
+        """Read (or with *delete*, delete) the key *key* a registration on *lease* may
+        have made."""
+        if not delete:
+            return range_op(key)
+        mine = rpc.Compare(key=key, target=_LEASE, lease=lease, result=_EQUAL)
+        drop = rpc.TxnRequest(compare=[mine], success=drop_ops(key, order))
+        return rpc.RequestOp(request_txn=drop)
 
 
-def _tail_of(kvs: Sequence[Any], revision: int) -> tuple[int, int]:
-    """(mod revision, newest order number) of the tail read as *kvs* at *revision*. With
-    no tail, the number before the store revision read plus one, times 64: every key's
-    number is below it, unless registered since (the compares then tell)."""
+def _tail_of(kvs: Sequence[Any], revision: int) -> _Tail:
+    """The tail read as *kvs* at *revision*. With no tail, its number is the one before
+    the store revision read plus one, times 64: every key's number is below it, unless
+    registered since (the compares then tell)."""
     if kvs:
-        return kvs[0].mod_revision, int(kvs[0].value)
-    return 0, ((revision + 1) << SUB_BITS) - 1
+        kv = kvs[0]
+        return _Tail(kv.mod_revision, int(kv.value), kv.version, kv.create_revision)
+    return _Tail(0, ((revision + 1) << SUB_BITS) - 1)
+
+
+def _first(last: int, n: int) -> int:
+    """The first number of a batch of *n* after the tail numbered *last*: one batch never
+    crosses a multiple of 64 numbers (its fences share its store revision:
+    ``fence_revision``); one that would starts at the next one."""
+    first = last + 1
+    if first % SUB + n > SUB:
+        first += SUB - first % SUB
+    return first
+
+
+def _guess_compare(pk: bytes, guess: _Guess) -> list[Any]:
+    """The guess's compares: the tail is the one read, one put later, and holds the next
+    number (so exactly one registration of one number came in between: a settle's move
+    keeps the value); and the batch's own first key is absent (else that branch was
+    applied, by a repeat of the same transaction)."""
+    tail = tail_key(pk)
+    return [
+        rpc.Compare(key=tail, target=_CREATE, create_revision=guess.create, result=_EQUAL),
+        rpc.Compare(key=tail, target=_VERSION, version=guess.version, result=_EQUAL),
+        rpc.Compare(key=tail, target=_VALUE, value=b"%d" % guess.value, result=_EQUAL),
+        rpc.Compare(key=guess.first, target=_CREATE, create_revision=0, result=_EQUAL),
+    ]
 
 
 def _failed(future: asyncio.Future[Any]) -> bool:

@@ -22,6 +22,7 @@ from coord._url import parse_url
 from coord.abc import Create, Entry
 from coord.backends.etcd import EtcdBackend
 from coord.backends.etcd._kv import range_end
+from coord.backends.etcd._register import _Tail
 from coord.testing import expire_session, wait_for_no_waiters
 
 from ._handoff import requests_of
@@ -187,7 +188,7 @@ async def test_a_wrong_guess_of_an_empty_queue_is_corrected(etcd_url: str) -> No
         pa = await batch(a.backend, "m/", a.session.lease, 3)
         assert await a.backend.delete(pa[-1].entry)  # the tail goes; two waiters remain
         registrar = b.backend._registrar  # type: ignore[attr-defined]
-        registrar._tails[b.backend._key("m/")] = (0, 0)  # type: ignore[attr-defined]
+        registrar._tails[b.backend._key("m/")] = _Tail(0, 0)  # type: ignore[attr-defined]
         pb = await b.backend.register("m/", wid(), b.session.lease)
         assert [e.key for e in pb.ahead] == [pa[1].entry.key]
         listed = (await b.backend.entries("m/")).entries
@@ -514,3 +515,87 @@ async def test_acquires_cancelled_before_sending_cost_no_listing(
         with anyio.fail_after(60):
             await wait_for_no_waiters(b, "slots")
         assert listings == 0
+
+
+async def test_a_registration_one_behind_the_tail_goes_through_in_one_request(
+    etcd_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """B's tail is one registration of one number old: the guess in the failure branch of
+    its transaction registers it right after that one, with no second round trip; two
+    behind, it goes again. Key order stays queue order, fences keep increasing."""
+    async with AsyncExitStack() as stack:
+        a, b = await clients(stack, etcd_url, 2)
+        positions = [await b.backend.register("g/", wid(), b.session.lease)]  # B's tail
+        positions.append(await a.backend.register("g/", wid(), a.session.lease))
+        sent = requests_of(b, monkeypatch)
+        positions.append(await b.backend.register("g/", wid(), b.session.lease))
+        assert sent == ["register"]
+        assert positions[-1].ahead == (positions[-2].entry,)
+        positions += [await a.backend.register("g/", wid(), a.session.lease) for _ in range(2)]
+        sent.clear()
+        positions.append(await b.backend.register("g/", wid(), b.session.lease))
+        assert sent == ["register", "register"]
+        assert positions[-1].ahead == (positions[-2].entry,)
+        listed = (await a.backend.entries("g/")).entries
+        assert list(listed) == [p.entry for p in positions]
+        fences = [e.revision for e in listed]
+        assert fences == sorted(set(fences))
+
+
+async def guessing(stack: AsyncExitStack, url: str) -> tuple[coord.Client, coord.Client]:
+    """Clients A and B, and a queue whose tail B knows one registration (A's) old."""
+    a, b = await clients(stack, url, 2)
+    await b.backend.register("g/", wid(), b.session.lease)
+    await a.backend.register("g/", wid(), a.session.lease)
+    return a, b
+
+
+async def test_a_lost_answer_of_a_guessed_registration_is_found_not_made_twice(
+    etcd_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with AsyncExitStack() as stack:
+        a, b = await guessing(stack, etcd_url)
+        _register_faults(b.backend, monkeypatch, "apply")
+        waiter = wid()
+        with pytest.raises(coord.BackendUnavailable):
+            await b.backend.register("g/", waiter, b.session.lease)
+        again = await b.backend.register("g/", waiter, b.session.lease)
+        mine = [e for e in (await a.backend.entries("g/")).entries if e.key.endswith(waiter)]
+        assert mine == [again.entry]
+
+
+async def test_a_lost_answer_whose_own_branch_applied_is_not_taken_for_the_guess(
+    etcd_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its own branch applied with one number makes the tail look as its guess expects:
+    the guess also asks that the own branch's key be absent, so the settle finds the
+    entry instead of moving the tail and registering the waiter a second time."""
+    async with coord.connect(etcd_url, ttl=30) as b:
+        await b.backend.register("g/", wid(), b.session.lease)  # B knows the tail
+        _register_faults(b.backend, monkeypatch, "apply")
+        waiter = wid()
+        with pytest.raises(coord.BackendUnavailable):
+            await b.backend.register("g/", waiter, b.session.lease)
+        again = await b.backend.register("g/", waiter, b.session.lease)
+        mine = [e for e in (await b.backend.entries("g/")).entries if e.key.endswith(waiter)]
+        assert mine == [again.entry]
+
+
+async def test_an_abandoned_guessed_registration_cannot_apply_late(
+    etcd_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Held back, not applied: its abandonment finds the tail as its guess expects and
+    moves it, so the late transaction can apply neither branch."""
+    async with AsyncExitStack() as stack:
+        a, b = await guessing(stack, etcd_url)
+        real, held = _register_faults(b.backend, monkeypatch, "hold")
+        waiter = wid()
+        with pytest.raises(coord.BackendUnavailable):
+            await b.backend.register("g/", waiter, b.session.lease)
+        assert await b.backend.delete(Entry("g/" + waiter, lease=b.session.lease.id)) is False
+        what, args, kwargs = held[0]
+        late = await real(what, *args, **kwargs)
+        assert not late.succeeded
+        assert not late.responses[2].response_txn.succeeded
+        listed = (await a.backend.entries("g/")).entries
+        assert not [e for e in listed if e.key.endswith(waiter)]
