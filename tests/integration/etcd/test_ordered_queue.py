@@ -550,28 +550,20 @@ async def guessing(stack: AsyncExitStack, url: str) -> tuple[coord.Client, coord
     return a, b
 
 
-async def test_a_lost_answer_of_a_guessed_registration_is_found_not_made_twice(
-    etcd_url: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("branch", ["guess", "own"])
+async def test_a_lost_answer_is_found_in_the_branch_applied_not_made_twice(
+    etcd_url: str, monkeypatch: pytest.MonkeyPatch, branch: str
 ) -> None:
+    """Applied, its answer lost: the repeat finds its entry in whichever branch applied.
+    Its own branch applied with one number makes the tail look as its guess expects: the
+    guess also asks that the own branch's key be absent, so the settle finds the entry
+    instead of moving the tail and registering the waiter a second time."""
     async with AsyncExitStack() as stack:
-        a, b = await guessing(stack, etcd_url)
-        _register_faults(b.backend, monkeypatch, "apply")
-        waiter = wid()
-        with pytest.raises(coord.BackendUnavailable):
-            await b.backend.register("g/", waiter, b.session.lease)
-        again = await b.backend.register("g/", waiter, b.session.lease)
-        mine = [e for e in (await a.backend.entries("g/")).entries if e.key.endswith(waiter)]
-        assert mine == [again.entry]
-
-
-async def test_a_lost_answer_whose_own_branch_applied_is_not_taken_for_the_guess(
-    etcd_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Its own branch applied with one number makes the tail look as its guess expects:
-    the guess also asks that the own branch's key be absent, so the settle finds the
-    entry instead of moving the tail and registering the waiter a second time."""
-    async with coord.connect(etcd_url, ttl=30) as b:
-        await b.backend.register("g/", wid(), b.session.lease)  # B knows the tail
+        if branch == "guess":
+            _, b = await guessing(stack, etcd_url)
+        else:
+            b = (await clients(stack, etcd_url, 1))[0]
+            await b.backend.register("g/", wid(), b.session.lease)  # B knows the tail
         _register_faults(b.backend, monkeypatch, "apply")
         waiter = wid()
         with pytest.raises(coord.BackendUnavailable):
