@@ -50,7 +50,16 @@ from ._kv import (
     range_end,
 )
 from ._lease import grant
-from ._queue import Queues, entries_of, fence_revision, order_key, order_of, queue_range
+from ._queue import (
+    Queues,
+    entries_of,
+    fence_revision,
+    order_key,
+    order_of,
+    queue_range,
+    range_op,
+    tail_key,
+)
 from ._register import Registrar
 from ._watch import Guard, HandOver, WatchCompacted, WatchStream
 
@@ -439,7 +448,10 @@ class EtcdBackend(Backend):
         ops = [rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key))]
         ordered = order_of(entry.key) is not None and not entry.provisional
         if ordered:
-            ops = self._queues.release_ops(entry)
+            # And the tail after it: the next registration here numbers from it (a
+            # client's own tail is some registrations old when others register between).
+            pk = key[: key.rindex(b"/") + 1]
+            ops = [*self._queues.release_ops(entry), range_op(tail_key(pk))]
         if entry.provisional:
             guard = rpc.Compare(key=key, target=_LEASE, lease=entry.lease, result=_EQUAL)
         else:
@@ -449,11 +461,12 @@ class EtcdBackend(Backend):
         if ordered:
             self._queues.forget(entry)
         reply = answer.reply
+        if ordered and reply.succeeded:
+            # (gone with it, if it was the newest: the next registration here starts a new
+            # run of numbers, not a compare that fails on the tail it knew)
+            tail = reply.responses[-1].response_range.kvs
+            self._registrar.tail_seen(key, tail, reply.header.revision)
         if reply.succeeded and reply.responses[0].response_delete_range.deleted:
-            if ordered and reply.responses[1].response_txn.succeeded:
-                # The queue's tail went with it: the next registration here starts a
-                # new run of numbers (not a compare that fails on the tail it knew).
-                self._registrar.tail_dropped(key, reply.header.revision)
             return True
         # Not there: certain on a first attempt; after a repeat, the attempt whose reply
         # was lost may have deleted it.

@@ -43,8 +43,9 @@ of 64 numbers), strictly increasing along the queue and over time.
   mostly miss each other by one registration of one number, so the failure branch tries
   that too: ``If(Create(tail) == c, Version(tail) == v+1, Value(tail) == n+1, key n+1
   of mine absent) Then(the same, numbered from n+2)`` (a batch of at most 8 waiters);
-  else the answer carries the tail, and the batch goes again with new numbers. A batch whose answer was lost is settled before its
-  waiters register again or give up, so that it can never be applied late: one made with
+  else the answer carries the tail, and the batch goes again with new numbers. A batch
+  whose answer was lost is settled before its waiters register again or give up, so
+  that it can never be applied late (either branch): one made with
   a tail by moving the tail, one made without by creating the key its compares say is
   absent (``P!<order><waiter id>``, outside the queue's range, bound to the lease).
 * **position** — a read-only transaction (etcd serves it as a read, outside the apply

@@ -443,14 +443,15 @@ class Registrar:
         self._remember(pk, tail)
         return tail
 
-    def tail_dropped(self, key: bytes, revision: int) -> None:
-        """The delete of the waiter key *key* at *revision* deleted its queue's tail too
-        (it was the newest waiter): the tail to number from is none, as a read at that
-        revision would have found. Only a guess that saves a conflict: another client
-        may register meanwhile, and the compares of the next registration tell."""
+    def tail_seen(self, key: bytes, kvs: Sequence[Any], revision: int) -> None:
+        """The delete of the waiter key *key* read its queue's tail as *kvs* at
+        *revision* (none if it went with that key, the newest waiter): the tail to number
+        from. Only a hint that saves a conflict: another client may register meanwhile
+        (the guess takes one such registration in its stride), and the compares of the
+        next registration tell."""
         pk = key[: key.rindex(b"/") + 1]
         if pk in self._tails:
-            self._remember(pk, _tail_of((), revision))
+            self._remember(pk, _tail_of(kvs, revision))
 
     def _remember(self, pk: bytes, tail: _Tail) -> None:
         if len(self._tails) >= 4096:

@@ -591,3 +591,19 @@ async def test_an_abandoned_guessed_registration_cannot_apply_late(
         assert not late.responses[2].response_txn.succeeded
         listed = (await a.backend.entries("g/")).entries
         assert not [e for e in listed if e.key.endswith(waiter)]
+
+
+async def test_a_release_reads_the_tail_for_the_next_registration(
+    etcd_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """B's own tail is two registrations (A's) old, more than the guess takes; B's release
+    reads the tail, so B's next registration goes through in one request."""
+    async with AsyncExitStack() as stack:
+        a, b = await clients(stack, etcd_url, 2)
+        held = await b.backend.register("g/", wid(), b.session.lease)  # B's tail
+        behind = [await a.backend.register("g/", wid(), a.session.lease) for _ in range(2)]
+        assert await b.backend.delete(held.entry)
+        sent = requests_of(b, monkeypatch)
+        position = await b.backend.register("g/", wid(), b.session.lease)
+        assert sent == ["register"]
+        assert position.ahead == (behind[-1].entry,)
