@@ -272,12 +272,12 @@ class Registrar:
         n = len(batch)
         while True:
             first = _first(tail.last, n)
-            keys = [order_key(pk, first + i) + r.waiter_id.encode() for i, r in enumerate(batch)]
+            keys = _keys(pk, batch, first)
             # With a tail, the transaction also tries the numbers after one more taken:
             # the usual conflict of clients registering on one lock together.
             guess = tail.mod and tail.create and n <= GUESS_BATCH and self._small(batch)
-            first2 = _first(tail.last + 1, n)
-            keys2 = [order_key(pk, first2 + i) + r.waiter_id.encode() for i, r in enumerate(batch)]
+            first2 = _first(tail.last + 1, n) if guess else first
+            keys2 = _keys(pk, batch, first2) if guess else keys
             for i, request in enumerate(batch):
                 other = None
                 if guess:
@@ -519,6 +519,11 @@ def _tail_of(kvs: Sequence[Any], revision: int) -> _Tail:
         kv = kvs[0]
         return _Tail(kv.mod_revision, int(kv.value), kv.version, kv.create_revision)
     return _Tail(0, ((revision + 1) << SUB_BITS) - 1)
+
+
+def _keys(pk: bytes, batch: list[_Request], first: int) -> list[bytes]:
+    """The keys of *batch* numbered from *first*."""
+    return [order_key(pk, first + i) + r.waiter_id.encode() for i, r in enumerate(batch)]
 
 
 def _first(last: int, n: int) -> int:
