@@ -49,9 +49,11 @@ from typing import Any
 
 import aetcd
 import anyio
+from aetcd import rpc
 from kazoo.client import KazooClient
 
 import coord
+from coord.backends.etcd._http2 import Channel
 from coord.testing import EtcdServer, ZooKeeperServer
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -269,9 +271,13 @@ def zk_floor_sync(hosts: str, handoffs: int) -> float:
 BLOCKS, ROUNDS, WARMUP = 7, 60, 20
 
 
-async def uncontended_ratio(url: str, host: str, port: int, zk: bool) -> tuple[float, float]:
-    """(coord's acquire+release time, its ratio to a raw create+delete pair): the median
-    over alternating blocks of each, both clients open throughout."""
+async def uncontended_ratio(
+    url: str, host: str, port: int, zk: bool
+) -> tuple[float, dict[str, float]]:
+    """(coord's acquire+release time, its ratio to a raw create+delete pair of each raw
+    client): the median over alternating blocks of each, every client open throughout.
+    On etcd the raw pairs are made with aetcd (grpc.aio) and with coord's own gRPC
+    transport (``coord/backends/etcd/_http2.py``): the same transport as coord's."""
     async with contextlib.AsyncExitStack() as stack:
         client = await stack.enter_async_context(coord.connect(url, ttl=10))
         mutex = client.mutex(f"u{uuid.uuid4().hex[:8]}")
@@ -289,21 +295,35 @@ async def uncontended_ratio(url: str, host: str, port: int, zk: bool) -> tuple[f
             stack.callback(kazoo.close)
             stack.callback(kazoo.stop)
 
-            async def raw(rounds: int) -> float:
+            async def kazoo_pairs(rounds: int) -> float:
                 return await anyio.to_thread.run_sync(zk_raw_pairs, kazoo, rounds)
+
+            raws = {"kazoo": kazoo_pairs}
         else:
             etcd = await stack.enter_async_context(aetcd.Client(host=host, port=port))
+            channel = Channel(host, port)
+            stack.push_async_callback(channel.close)
+            kv = rpc.KVStub(channel)
 
-            async def raw(rounds: int) -> float:
+            async def aetcd_pairs(rounds: int) -> float:
                 return await etcd_raw_pairs(etcd, rounds)
 
+            async def own_pairs(rounds: int) -> float:
+                return await etcd_own_pairs(kv, rounds)
+
+            raws = {"coord's transport": own_pairs, "aetcd": aetcd_pairs}
+
         await mine(WARMUP)
-        await raw(WARMUP)
-        mines, raws = [], []
+        for pairs in raws.values():
+            await pairs(WARMUP)
+        mines: list[float] = []
+        times: dict[str, list[float]] = {name: [] for name in raws}
         for _ in range(BLOCKS):
             mines.append(await mine(ROUNDS))
-            raws.append(await raw(ROUNDS))
-        return statistics.median(mines), statistics.median(mines) / statistics.median(raws)
+            for name, pairs in raws.items():
+                times[name].append(await pairs(ROUNDS))
+        median = statistics.median(mines)
+        return median, {name: median / statistics.median(t) for name, t in times.items()}
 
 
 async def etcd_raw_pairs(client: aetcd.Client, rounds: int) -> float:
@@ -312,6 +332,15 @@ async def etcd_raw_pairs(client: aetcd.Client, rounds: int) -> float:
     for _ in range(rounds):
         await client.put(key, b"")
         await client.delete(key)
+    return (time.perf_counter() - t0) / rounds
+
+
+async def etcd_own_pairs(kv: Any, rounds: int) -> float:
+    key = f"raw-{uuid.uuid4().hex[:6]}".encode()
+    t0 = time.perf_counter()
+    for _ in range(rounds):
+        await kv.Put(rpc.PutRequest(key=key, value=b""), timeout=10)
+        await kv.DeleteRange(rpc.DeleteRangeRequest(key=key), timeout=10)
     return (time.perf_counter() - t0) / rounds
 
 
@@ -387,8 +416,9 @@ async def measure(
                 )
             )
             print(" | ".join(rows[-1].cells()), flush=True)
-    mine, ratio = await uncontended_ratio(url, host, int(port), zk)
-    rows.append(Row(store, f"uncontended coord / two raw round trips = {ratio:.2f}", 1, 1 / mine))
+    mine, ratios = await uncontended_ratio(url, host, int(port), zk)
+    against = "; ".join(f"{ratio:.2f} ({name})" for name, ratio in ratios.items())
+    rows.append(Row(store, f"uncontended coord / two raw round trips = {against}", 1, 1 / mine))
     return rows
 
 

@@ -328,50 +328,39 @@ class EtcdBackend(Backend):
         # since the read) only from its resync loop, every 100 ms, so a handoff waited up
         # to 100 ms (8 contenders made 95 acquisitions/s). A write between the read and
         # the creation is then checked by reading the keys once (and mine, for a proof).
-        loop = asyncio.get_running_loop()
-        woken = loop.create_future()
-        created = loop.create_future()
-        pending = [len(keys), 0]  # guards not yet created, the newest creation revision
-
-        def wake() -> None:
-            if not woken.done():
-                woken.set_result(None)
-
-        def on_created(at: int) -> None:
-            pending[0] -= 1
-            pending[1] = max(pending[1], at)
-            if pending[0] <= 0 and not created.done():
-                created.set_result(pending[1])
-
-        handed = self._hand_over_guard(keys, entry, wake, on_created)
+        wait = _Wait(len(keys))
+        handed = self._hand_over_guard(keys, entry, wait.wake, wait.on_created)
         guards: list[Guard] = (
             [handed]
             if handed is not None
             else [
                 self._watches.guard(
-                    self._key(key), start_revision=0, on_change=wake, on_created=on_created
+                    self._key(key),
+                    start_revision=0,
+                    on_change=wait.wake,
+                    on_created=wait.on_created,
                 )
                 for key in keys
             ]
         )
         try:
-            await asyncio.wait((woken, created), return_when=asyncio.FIRST_COMPLETED)
+            await wait.next()  # woken, or every guard created
             # Mine too, for a proof: my key deleted before the watch began (by someone
             # else: my link stays) must not be handed the queue (etcd #11456).
             mine = [entry.key] if handed is not None and entry is not None else []
-            late = created.done() and created.result() > revision
-            if late and not woken.done():
+            late = wait.pending <= 0 and wait.newest > revision
+            if late and not wait.woken:
                 if await self._any_gone([*keys, *mine]):
                     return None
                 mine = []  # read after the creation: a deletion since is the watch's
-            await woken
+            while not wait.woken:
+                await wait.next()
             # Woken as its creation was answered (one turn of the reader can take both):
             # the read above was skipped, and a proof needs it for my key.
             if late and mine and handed is not None and handed.proof:
                 if await self._any_gone(mine):
                     return None
         finally:
-            created.cancel()
             for guard in guards:
                 guard.stop()
         for guard in guards:
@@ -651,3 +640,38 @@ def _decoded(keys: Iterable[bytes]) -> Iterator[str]:
     for key in keys:
         with suppress(UnicodeDecodeError):
             yield key.decode()
+
+
+class _Wait:
+    """What one :meth:`EtcdBackend.wait_deleted` waits for: a deletion (*woken*) and the
+    creation of its guards (*pending* of them not yet created, the *newest* creation
+    revision), on one future at a time (woken in one turn of the loop, where
+    ``asyncio.wait`` of two futures takes two)."""
+
+    __slots__ = ("_future", "newest", "pending", "woken")
+
+    def __init__(self, guards: int) -> None:
+        self.pending = guards
+        self.newest = 0
+        self.woken = False
+        self._future: asyncio.Future[None] | None = None
+
+    def next(self) -> asyncio.Future[None]:
+        """A future that the next wake or the last creation resolves."""
+        self._future = asyncio.get_running_loop().create_future()
+        return self._future
+
+    def _resolve(self) -> None:
+        future = self._future
+        if future is not None and not future.done():
+            future.set_result(None)
+
+    def wake(self) -> None:
+        self.woken = True
+        self._resolve()
+
+    def on_created(self, revision: int) -> None:
+        self.pending -= 1
+        self.newest = max(self.newest, revision)
+        if self.pending <= 0:
+            self._resolve()

@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import grpc
 from aetcd import rpc
 
 from ..._exceptions import BackendUnavailable, SessionExpiredError
 from .._keepalive import KeptAliveLease
 from ._connection import finish, stream_read, stream_write, translate
+from ._http2 import RpcError
 
 if TYPE_CHECKING:
     from ._connection import Connection
@@ -53,7 +53,7 @@ class EtcdLease(KeptAliveLease):
         except BackendUnavailable:
             await self._drop_call()
             raise
-        except grpc.aio.AioRpcError as exc:
+        except RpcError as exc:
             await self._drop_call()
             await self._conn.recover(exc, generation, token)
             raise translate(exc, "lease keepalive") from exc
@@ -77,7 +77,7 @@ class EtcdLease(KeptAliveLease):
     async def _drop_call(self) -> None:
         call, self._call = self._call, None
         if call is not None:
-            await finish(call)
+            finish(call)
 
     async def _revoke(self) -> None:
         await self._drop_call()

@@ -27,11 +27,11 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import grpc
 from aetcd import rpc
 
 from ..._exceptions import BackendError, BackendUnavailable, ResyncNeeded
 from ._connection import AuthTokenExpired, finish, stream_read
+from ._http2 import RpcError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -342,9 +342,8 @@ class WatchStream:
     async def _pump(self, call: Any) -> None:
         """Send what is to be sent (cancels first, then creations while fewer than
         _PIPELINE are unanswered), and wait for more: one task beside the reader for the
-        stream's life (a task per burst of writes, and one per write to race the call's
-        end, cost more than the writes). The reader's end cancels it, and with it a write
-        that grpc.aio would never wake once the call ended (``stream_write`` races it)."""
+        stream's life (a task per burst of writes cost more than the writes). The reader's
+        end cancels it."""
         loop = asyncio.get_running_loop()
         try:
             while True:
@@ -357,7 +356,7 @@ class WatchStream:
                         self._idle = None
                     continue
                 await call.write(request)
-        except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+        except (RpcError, asyncio.InvalidStateError):
             call.cancel()  # the stream is broken: run() reopens it, creating every watch
         except BaseException:
             call.cancel()  # a write cut half-way leaves the stream unusable
@@ -379,7 +378,7 @@ class WatchStream:
             opened = anyio.current_time()
             try:
                 await self._serve()
-            except (grpc.aio.AioRpcError, BackendUnavailable, AuthTokenExpired) as exc:
+            except (RpcError, BackendUnavailable, AuthTokenExpired) as exc:
                 error: BaseException = exc
             except Exception as exc:
                 # A bug: let it take the stream down and reopen it, never crash the
@@ -420,7 +419,7 @@ class WatchStream:
                 raise error
         finally:
             self._call = None
-            await finish(call)
+            finish(call)
 
     def _reset(self, call: Any) -> None:
         self._call = call

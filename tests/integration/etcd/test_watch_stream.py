@@ -162,9 +162,9 @@ async def _wait_then_set(backend: EtcdBackend, key: str, revision: int, woken: a
 
 
 async def test_a_stream_read_is_cancelled_by_its_scope_or_ended_by_grpc(etcd_url: str) -> None:
-    """stream_read awaits grpc.aio's read directly (no task per read): our own cancel
-    scope still stops it as a cancellation, and gRPC ending the call under it (another
-    task cancels it, as a failover does) is BackendUnavailable, not a bare
+    """stream_read awaits the call's read directly: our own cancel scope stops it as a
+    cancellation, and the call ended under it (another task cancels it, as the lease's
+    keepalive does when it drops its stream) is BackendUnavailable, not a bare
     CancelledError that would escape every cancel scope around it."""
     async with coord.connect(etcd_url, ttl=5) as client:
         conn = _backend(client)._conn
@@ -174,14 +174,14 @@ async def test_a_stream_read_is_cancelled_by_its_scope_or_ended_by_grpc(etcd_url
                 await stream_read(call)  # nothing to read: no watch on this stream
             assert scope.cancelled_caught
         finally:
-            await finish(call)
+            finish(call)
         call = conn.watch.Watch(metadata=conn.metadata(require_leader=True))
         try:
             with pytest.raises(TimeoutError):  # a native cancellation, too
                 async with asyncio.timeout(0.1):
                     await stream_read(call)
         finally:
-            await finish(call)
+            finish(call)
         call = conn.watch.Watch(metadata=conn.metadata(require_leader=True))
         try:
             async with anyio.create_task_group() as tg:
@@ -194,4 +194,4 @@ async def test_a_stream_read_is_cancelled_by_its_scope_or_ended_by_grpc(etcd_url
                 with anyio.fail_after(5), pytest.raises(coord.BackendUnavailable):
                     await stream_read(call)
         finally:
-            await finish(call)
+            finish(call)
