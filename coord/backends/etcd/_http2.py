@@ -224,25 +224,35 @@ class _Connection(asyncio.Protocol):
 
     # -- sending -------------------------------------------------------------------------------
 
-    def start(self, call: _Call, block: bytes, end: bool) -> _Stream:
-        """Open a stream for *call* with the header block *block* (*end*: no body)."""
+    def start(self, call: _Call, block: bytes, body: bytes | None) -> _Stream:
+        """Open a stream for *call* with the header block *block*, and send *body* as its
+        whole request if there is one (a unary call's: one write for both frames)."""
         assert self._transport is not None
         stream = _Stream(call, self._initial_window)
         stream.id = sid = self._next_id
         self._next_id += 2
         self._streams[sid] = stream
-        flags = _END_STREAM if end else 0
         if len(block) <= self._max_frame:
-            self._transport.write(_frame(_HEADERS, flags | _END_HEADERS, sid, block))
+            headers = _frame(_HEADERS, _END_HEADERS, sid, block)
         else:
             chunks = [block[i : i + self._max_frame] for i in range(0, len(block), self._max_frame)]
-            out = [_frame(_HEADERS, flags, sid, chunks[0])]
+            out = [_frame(_HEADERS, 0, sid, chunks[0])]
             for i, chunk in enumerate(chunks[1:], 2):
                 out.append(
                     _frame(_CONTINUATION, _END_HEADERS if i == len(chunks) else 0, sid, chunk)
                 )
-            self._transport.write(b"".join(out))
-        stream.ended_local = end
+            headers = b"".join(out)
+        if body is not None and len(body) <= min(
+            self._send_window, stream.send_window, self._max_frame
+        ):
+            self._send_window -= len(body)
+            stream.send_window -= len(body)
+            stream.ended_local = True
+            self._transport.write(headers + _frame(_DATA, _END_STREAM, sid, body))
+        else:
+            self._transport.write(headers)
+            if body is not None:
+                self.send(stream, body, end=True)
         if self._ping is None and self._ping_due is None:
             self._schedule_ping()
         return stream
@@ -609,9 +619,7 @@ class _Call:
             self._ended(conn.error.code(), conn.error.details() or "")
             return
         self._conn = conn
-        self._stream = conn.start(self, block, end=False)
-        if body is not None:
-            conn.send(self._stream, body, end=True)
+        self._stream = conn.start(self, block, body)
         self._started()
 
     def _started(self) -> None:
