@@ -17,7 +17,7 @@ from aetcd import rpc
 
 from coord import BackendUnavailable
 from coord.backends.etcd._connection import stream_read, stream_write
-from coord.backends.etcd._http2 import Channel, RpcError
+from coord.backends.etcd._http2 import Channel, RpcError, _Connection
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -158,26 +158,48 @@ async def test_a_cancelled_stream_reads_as_cancelled_and_ends(channel: Channel) 
         await call.write(_create())
 
 
-async def test_a_call_never_starts_on_a_connection_lost_before_its_turn(
-    channel: Channel, monkeypatch: pytest.MonkeyPatch
+async def test_a_connection_dropped_as_soon_as_it_is_made_ends_the_calls_waiting(
+    silent_port: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A call made while the channel connects starts once the connection is up, in a task
-    of the channel; a connection lost before that task ran (a member that accepts and
-    drops connections while it starts) must end the call. Started on it instead, the
-    call waited for ever: its writes went nowhere and nobody ended it (the watch stream
-    of a client hung so after its server was killed and restarted)."""
-    conn = await channel._connected()
-    conn.abort("dropped at once")
+    """Calls made while the channel connects start once the connection is up; one lost
+    before that (a member that accepts and drops connections while it starts) must end
+    them. Started on it instead, a call waited for ever: its writes went nowhere and
+    nobody ended it (the watch stream of a client hung so after its server was killed
+    and restarted)."""
+    made = _Connection.connection_made
 
-    async def connected() -> Any:
-        return conn  # handed out before it was lost, resumed after
+    def dropped(self: _Connection, transport: Any) -> None:
+        made(self, transport)
+        self.abort("dropped at once")
 
-    monkeypatch.setattr(channel, "_connected", connected)
-    call = rpc.WatchStub(channel).Watch()
+    monkeypatch.setattr(_Connection, "connection_made", dropped)
+    channel = Channel("127.0.0.1", silent_port)
+    try:
+        stream, unary = rpc.WatchStub(channel).Watch(), _txn(channel)
+        with anyio.fail_after(3):
+            assert await stream.code() == grpc.StatusCode.UNAVAILABLE
+            with pytest.raises(RpcError, match="dropped at once"):
+                await unary
+        with pytest.raises(BackendUnavailable):
+            await stream_write(stream, _create())
+    finally:
+        await channel.close()
+
+
+async def test_calls_made_as_the_channel_closes_end(silent_port: int) -> None:
+    """A failover closes the old channel, maybe in the turn in which another task made a
+    call on it that waits for its connection: that call ends (UNAVAILABLE), or the
+    watch stream that made it would wait for ever."""
+    channel = Channel("127.0.0.1", silent_port)
+    stream, unary = rpc.WatchStub(channel).Watch(), _txn(channel)
+    await channel.close()
     with anyio.fail_after(3):
-        assert await call.code() == grpc.StatusCode.UNAVAILABLE
+        assert await stream.code() == grpc.StatusCode.UNAVAILABLE
+        with pytest.raises(RpcError) as info:
+            await unary
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
     with pytest.raises(BackendUnavailable):
-        await stream_write(call, _create())
+        await stream_write(stream, _create())
 
 
 async def test_a_refused_connection_fails_the_call_and_the_next_at_once() -> None:
@@ -271,3 +293,84 @@ async def test_a_server_that_stops_ends_the_calls_and_the_channel_reconnects(
         again.cancel()
     finally:
         await channel.close()
+
+
+@pytest.fixture
+def limited_etcd() -> Iterator[EtcdServer]:
+    """An etcd that serves at most four streams per connection."""
+    from coord.testing import EtcdServer
+
+    with EtcdServer(extra_args=["--max-concurrent-streams", "4"]) as server:
+        yield server
+
+
+async def test_calls_beyond_the_servers_stream_limit_wait_for_room(
+    limited_etcd: EtcdServer,
+) -> None:
+    """etcd with --max-concurrent-streams 4: forty calls at once all succeed (the streams
+    beyond the limit wait for room; the first ones, sent before the server's SETTINGS
+    arrived, are refused unprocessed and go again by themselves)."""
+    host, port = limited_etcd.endpoint.rsplit(":", 1)
+    channel = Channel(host, int(port))
+    try:
+        kv = rpc.KVStub(channel)
+        replies = await asyncio.gather(*(kv.Txn(rpc.TxnRequest(), timeout=10) for _ in range(40)))
+        assert len(replies) == 40
+        watches = [rpc.WatchStub(channel).Watch() for _ in range(3)]
+        more = await asyncio.gather(*(kv.Txn(rpc.TxnRequest(), timeout=10) for _ in range(10)))
+        assert len(more) == 10  # one stream of room left, taken in turn
+        for watch in watches:
+            watch.cancel()
+    finally:
+        await channel.close()
+
+
+async def test_closing_the_channel_ends_the_streams_of_a_connection_going_away() -> None:
+    """A server that says GOAWAY keeps serving the streams it had (at or below the last
+    stream id it names) while new calls go to a new connection; closing the channel
+    (a failover) must end those streams too, not only the current connection's."""
+    import hpack
+
+    frames: list[tuple[int, int]] = []  # (type, stream id) of what the client sent
+    got_headers = asyncio.Event()
+
+    class Server(asyncio.Protocol):
+        def connection_made(self, transport: Any) -> None:
+            self.transport, self.buffer = transport, b""
+            transport.write(bytes.fromhex("000000040000000000"))  # SETTINGS, empty
+
+        def data_received(self, data: bytes) -> None:
+            self.buffer += data
+            if self.buffer.startswith(b"PRI * HTTP/2.0"):
+                self.buffer = self.buffer[24:]
+            while len(self.buffer) >= 9:
+                length = int.from_bytes(self.buffer[:3], "big")
+                if len(self.buffer) < 9 + length:
+                    break
+                kind, sid = self.buffer[3], int.from_bytes(self.buffer[5:9], "big")
+                self.buffer = self.buffer[9 + length :]
+                frames.append((kind, sid))
+                if kind == 1:  # HEADERS: answer them, then go away keeping this stream
+                    block = hpack.Encoder().encode(
+                        [(":status", "200"), ("content-type", "application/grpc")]
+                    )
+                    head = len(block).to_bytes(3, "big") + bytes((1, 4)) + sid.to_bytes(4, "big")
+                    goaway = bytes.fromhex("000008070000000000") + sid.to_bytes(4, "big")
+                    self.transport.write(head + block + goaway + bytes(4))
+                    got_headers.set()
+
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(Server, "127.0.0.1", 0)
+    channel = Channel("127.0.0.1", server.sockets[0].getsockname()[1])
+    try:
+        call = rpc.WatchStub(channel).Watch()
+        with anyio.fail_after(3):
+            await got_headers.wait()
+            await anyio.sleep(0.1)  # the GOAWAY is read
+        assert not call.done()  # kept: at or below the last stream id
+        await channel.close()
+        with anyio.fail_after(3):
+            assert await call.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        server.close()
+        await server.wait_closed()

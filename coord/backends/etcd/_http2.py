@@ -51,6 +51,7 @@ _PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 _DATA, _HEADERS, _PRIORITY, _RST_STREAM, _SETTINGS = 0, 1, 2, 3, 4
 _PUSH_PROMISE, _PING, _GOAWAY, _WINDOW_UPDATE, _CONTINUATION = 5, 6, 7, 8, 9
 _END_STREAM, _ACK, _END_HEADERS, _PADDED, _PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
+_REFUSED_STREAM = 7
 _HEADER_TABLE_SIZE, _ENABLE_PUSH, _MAX_CONCURRENT = 1, 2, 3
 _INITIAL_WINDOW, _MAX_FRAME = 4, 5
 _CANCEL = 8
@@ -61,6 +62,8 @@ _TOP_UP = 2**27
 _DEFAULT_WINDOW = 65_535
 _DEFAULT_FRAME = 16_384
 _MAX_STREAM_ID = 2**31 - 1
+#: Times a unary call goes again after the server refused its stream unprocessed.
+_REFUSALS = 3
 #: RST_STREAM error codes -> gRPC codes (gRPC's HTTP/2 transport mapping).
 _RESET_CODES = {
     7: grpc.StatusCode.UNAVAILABLE,  # REFUSED_STREAM: not processed, safe to repeat
@@ -168,6 +171,7 @@ class _Connection(asyncio.Protocol):
         self._initial_window = _DEFAULT_WINDOW  # each new stream's, as the server says
         self._max_frame = _DEFAULT_FRAME
         self._max_streams = 2**31
+        self._queued: deque[tuple[_Call, bytes, bytes | None]] = deque()  # over the limit
         self._blocked: dict[_Stream, None] = {}  # streams with data waiting for window
         self._unacked = 0
         self._ping: asyncio.TimerHandle | None = None
@@ -205,7 +209,10 @@ class _Connection(asyncio.Protocol):
         for stream in streams.values():
             _unblock(stream)
             stream.call._ended(error.code(), error.details() or "")
-        self._channel._lost(self)
+        queued, self._queued = self._queued, deque()
+        for call, _, _ in queued:
+            call._ended(error.code(), error.details() or "")
+        self._channel._lost(self, gone=True)
 
     def close(self, error: RpcError) -> None:
         """End every call with *error* and close the connection."""
@@ -224,9 +231,22 @@ class _Connection(asyncio.Protocol):
 
     # -- sending -------------------------------------------------------------------------------
 
-    def start(self, call: _Call, block: bytes, body: bytes | None) -> _Stream:
+    def start(self, call: _Call, block: bytes, body: bytes | None) -> None:
         """Open a stream for *call* with the header block *block*, and send *body* as its
-        whole request if there is one (a unary call's: one write for both frames)."""
+        whole request if there is one (a unary call's: one write for both frames); once
+        fewer streams are open than the server allows (``call._on_stream`` tells)."""
+        if len(self._streams) >= self._max_streams or self._queued:
+            self._queued.append((call, block, body))
+            return
+        call._on_stream(self._open_stream(call, block, body))
+
+    def _start_queued(self) -> None:
+        while self._queued and len(self._streams) < self._max_streams and self.error is None:
+            call, block, body = self._queued.popleft()
+            if call._code is None:  # not ended while it waited
+                call._on_stream(self._open_stream(call, block, body))
+
+    def _open_stream(self, call: _Call, block: bytes, body: bytes | None) -> _Stream:
         assert self._transport is not None
         stream = _Stream(call, self._initial_window)
         stream.id = sid = self._next_id
@@ -311,6 +331,10 @@ class _Connection(asyncio.Protocol):
         self._drained()
 
     def _drained(self) -> None:
+        """A stream ended: start one that waited for room, or close a connection that
+        is going away once it has none left."""
+        if self._queued:
+            self._start_queued()
         if self.draining and not self._streams:
             self.close(RpcError(_UNAVAILABLE, "etcd is going away (GOAWAY)"))
 
@@ -490,6 +514,9 @@ class _Connection(asyncio.Protocol):
         self._blocked.pop(stream, None)
         _unblock(stream)
         error = int.from_bytes(payload[:4], "big")
+        if error == _REFUSED_STREAM and stream.call._again():
+            self._drained()
+            return  # never processed: it goes again (on this connection or the next)
         code = _RESET_CODES.get(error, grpc.StatusCode.INTERNAL)
         stream.call._ended(code, f"etcd reset the stream (HTTP/2 error {error})")
         self._drained()
@@ -509,6 +536,7 @@ class _Connection(asyncio.Protocol):
                 self._max_frame = value
             elif key == _MAX_CONCURRENT:
                 self._max_streams = value
+                self._start_queued()
         self._transport.write(_frame(_SETTINGS, _ACK, 0))
         if self._blocked:
             self._flush()
@@ -527,6 +555,9 @@ class _Connection(asyncio.Protocol):
         last = int.from_bytes(payload[:4], "big") & 0x7FFFFFFF
         self.draining = True
         self._channel._lost(self)
+        queued, self._queued = self._queued, deque()
+        for call, block, body in queued:  # never sent: on the next connection
+            self._channel._wait(call, block, body)
         for sid in [sid for sid in self._streams if sid > last]:
             # Never processed: safe to repeat elsewhere.
             self._end_stream(self._streams[sid], _UNAVAILABLE, "etcd is going away (GOAWAY)")
@@ -595,31 +626,29 @@ class _Call:
         self.cancelled_here = False
 
     def _open(self, block: bytes, body: bytes | None) -> None:
-        """Start the stream now if the channel is connected, else once it is."""
+        """Start the stream now if the channel is connected, else once it is (the
+        channel keeps the call until then, and ends it if it cannot connect)."""
         conn = self._channel._current()
         if conn is not None:
             self._begin(conn, block, body)
         else:
-            self._channel._spawn(self._connect_and_begin(block, body))
-
-    async def _connect_and_begin(self, block: bytes, body: bytes | None) -> None:
-        try:
-            conn = await self._channel._connected()
-        except RpcError as exc:
-            self._ended(exc.code(), exc.details() or "")
-            return
-        except BaseException:  # the channel closed (its tasks cancelled)
-            self._ended(_UNAVAILABLE, "the channel was closed")
-            raise
-        if self._code is None:  # not cancelled meanwhile
-            self._begin(conn, block, body)
+            self._channel._wait(self, block, body)
 
     def _begin(self, conn: _Connection, block: bytes, body: bytes | None) -> None:
+        if self._code is not None:
+            return  # cancelled (or timed out) while it waited for the connection
         if conn.error is not None:  # lost while we waited for our turn to run
             self._ended(conn.error.code(), conn.error.details() or "")
             return
+        if conn.draining:  # going away: on the next connection
+            self._channel._wait(self, block, body)
+            return
         self._conn = conn
-        self._stream = conn.start(self, block, body)
+        conn.start(self, block, body)
+
+    def _on_stream(self, stream: _Stream) -> None:
+        """The connection opened the call's stream (at once, or once it had room)."""
+        self._stream = stream
         self._started()
 
     def _started(self) -> None:
@@ -635,6 +664,11 @@ class _Call:
 
     def _message(self, data: bytes) -> None:
         raise NotImplementedError
+
+    def _again(self) -> bool:
+        """The server refused the call's stream before processing it (over its limit
+        of streams): start it again if that can be done; whether it was."""
+        return False
 
     def _ended(self, code: grpc.StatusCode, details: str) -> None:
         if self._code is not None:
@@ -678,7 +712,7 @@ class _Call:
 class UnaryCall(_Call):
     """One request, one reply: await it."""
 
-    __slots__ = ("_deserialize", "_future", "_reply", "_timer")
+    __slots__ = ("_deserialize", "_future", "_refused", "_reply", "_request", "_timer")
 
     def __init__(
         self,
@@ -690,6 +724,8 @@ class UnaryCall(_Call):
     ) -> None:
         super().__init__(channel)
         self._deserialize = deserialize
+        self._request = (block, body)
+        self._refused = 0
         self._reply: bytes | None = None
         loop = asyncio.get_running_loop()
         self._future: asyncio.Future[Any] = loop.create_future()
@@ -697,6 +733,14 @@ class UnaryCall(_Call):
         self._future.add_done_callback(self._awaited_done)
         self._timer = loop.call_later(timeout, self._expire) if timeout is not None else None
         self._open(block, body)
+
+    def _again(self) -> bool:
+        if self._code is not None or self._refused >= _REFUSALS:
+            return False
+        self._refused += 1
+        self._conn = self._stream = None
+        self._channel._wait(self, *self._request)
+        return True
 
     def _expire(self) -> None:
         self._timer = None
@@ -875,8 +919,9 @@ class Channel:
         self._failed_at = float("-inf")
         self._failure: RpcError | None = None
         self._conn: _Connection | None = None
-        self._connecting: asyncio.Future[_Connection] | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._live: set[_Connection] = set()  # the current one, and any still draining
+        self._connecting: asyncio.Task[None] | None = None
+        self._waiting: list[tuple[_Call, bytes, bytes | None]] = []  # for a connection
         self._closed = False
         authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self._prefix = (
@@ -937,28 +982,35 @@ class Channel:
         conn = self._conn
         return conn if conn is not None and conn.usable else None
 
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _connected(self) -> _Connection:
-        """The current connection, connecting if there is none."""
+    def _wait(self, call: _Call, block: bytes, body: bytes | None) -> None:
+        """Keep *call* until a connection is made (connecting if nobody is), and begin
+        it there; end it if the channel cannot connect or closes."""
+        if self._closed:
+            call._ended(_UNAVAILABLE, "the channel was closed")
+            return
         conn = self._current()
         if conn is not None:
-            return conn
-        if self._closed:
-            raise RpcError(grpc.StatusCode.CANCELLED, "the channel is closed")
-        loop = asyncio.get_running_loop()
+            call._begin(conn, block, body)
+            return
         if self._connecting is None:
-            if self._failure is not None and loop.time() - self._failed_at < self._backoff:
-                failure = self._failure  # failed a moment ago: fail fast, as gRPC does
-                raise RpcError(failure.code(), failure.details() or "")
-            self._connecting = loop.create_future()
-            self._spawn(self._connect(self._connecting))
-        return await asyncio.shield(self._connecting)
+            loop = asyncio.get_running_loop()
+            failure = self._failure
+            if failure is not None and loop.time() - self._failed_at < self._backoff:
+                # Failed a moment ago: fail fast, as gRPC does in its transient failure.
+                call._ended(failure.code(), failure.details() or "")
+                return
+            self._connecting = asyncio.ensure_future(self._connect())
+        self._waiting.append((call, block, body))
 
-    async def _connect(self, result: asyncio.Future[_Connection]) -> None:
+    def _release_waiting(self, conn: _Connection | None, error: RpcError | None) -> None:
+        waiting, self._waiting = self._waiting, []
+        for call, block, body in waiting:
+            if conn is not None:
+                call._begin(conn, block, body)
+            elif error is not None:
+                call._ended(error.code(), error.details() or "")
+
+    async def _connect(self) -> None:
         loop = asyncio.get_running_loop()
         try:
             try:
@@ -983,39 +1035,42 @@ class Channel:
                 if protocol is None or protocol.selected_alpn_protocol() != "h2":
                     conn.close(RpcError(_UNAVAILABLE, "the server does not speak HTTP/2 (ALPN)"))
                     raise RpcError(_UNAVAILABLE, f"{self._host}:{self._port} does not speak HTTP/2")
-            if self._closed:
-                conn.close(RpcError(grpc.StatusCode.CANCELLED, "the channel is closed"))
-                raise RpcError(grpc.StatusCode.CANCELLED, "the channel is closed")
+            if conn.error is not None:  # dropped as soon as it was made
+                raise RpcError(conn.error.code(), conn.error.details() or "")
         except RpcError as exc:
             self._failure, self._failed_at = exc, loop.time()
             self._backoff = min(self._backoff * 2, self._backoff_range[1])
             self._connecting = None
-            result.set_exception(exc)
-            result.exception()
+            self._release_waiting(None, exc)
             return
-        except BaseException as exc:
+        except BaseException:  # cancelled: the channel closes (and ends the waiting)
             self._connecting = None
-            error = RpcError(_UNAVAILABLE, f"connecting failed: {exc!r}")
-            result.set_exception(error)
-            result.exception()
+            self._release_waiting(None, RpcError(_UNAVAILABLE, "the channel was closed"))
             raise
         self._failure, self._backoff = None, self._backoff_range[0]
         self._conn = conn
+        self._live.add(conn)
         self._connecting = None
-        result.set_result(conn)
+        self._release_waiting(conn, None)
 
-    def _lost(self, conn: _Connection) -> None:
-        """*conn* takes no more calls (lost, or going away)."""
+    def _lost(self, conn: _Connection, *, gone: bool = False) -> None:
+        """*conn* takes no more calls (lost, or going away; *gone*: closed)."""
         if self._conn is conn:
             self._conn = None
+        if gone:
+            self._live.discard(conn)
 
     async def close(self, grace: float | None = None) -> None:
-        """End every call (as CANCELLED... as UNAVAILABLE: the channel went) and close."""
+        """End every call as UNAVAILABLE (the channel went: a failover) and close every
+        connection, the current one and any still draining."""
         self._closed = True
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close(RpcError(_UNAVAILABLE, "the channel was closed"))
-        for task in list(self._tasks):
-            task.cancel()
-        if self._tasks:
-            await asyncio.wait(list(self._tasks))
+        self._conn = None
+        closed = RpcError(_UNAVAILABLE, "the channel was closed")
+        for conn in list(self._live):
+            conn.close(closed)
+        self._live.clear()
+        connecting, self._connecting = self._connecting, None
+        if connecting is not None:
+            connecting.cancel()
+            await asyncio.wait([connecting])
+        self._release_waiting(None, closed)
