@@ -374,3 +374,25 @@ async def test_closing_the_channel_ends_the_streams_of_a_connection_going_away()
     finally:
         server.close()
         await server.wait_closed()
+
+
+@pytest.mark.parametrize("turns", range(12))
+async def test_a_channel_closed_while_it_connects_keeps_no_connection(
+    silent_port: int, turns: int
+) -> None:
+    """Closed at any turn of the loop while its connection is being made (a failover
+    under a call that waits for it), the channel ends the call and keeps no connection:
+    on Python 3.11, asyncio.wait_for returned a connection made as its task was
+    cancelled, which then served the call (and new ones) on the closed channel."""
+    channel = Channel("127.0.0.1", silent_port)
+    call = _txn(channel)
+    for _ in range(turns):
+        await asyncio.sleep(0)
+    await channel.close()
+    with anyio.fail_after(3), pytest.raises(RpcError) as info:
+        await call
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert not channel._live
+    assert channel._current() is None
+    with anyio.fail_after(3), pytest.raises(RpcError):
+        await _txn(channel)  # and a new call on the closed channel ends at once

@@ -739,6 +739,7 @@ class UnaryCall(_Call):
             return False
         self._refused += 1
         self._conn = self._stream = None
+        self._reply = None
         self._channel._wait(self, *self._request)
         return True
 
@@ -916,7 +917,7 @@ class Channel:
         self.max_receive = max_receive
         self._backoff_range = reconnect_backoff
         self._backoff = reconnect_backoff[0]
-        self._failed_at = float("-inf")
+        self._retry_at = float("-inf")  # no connecting before this, after a failure
         self._failure: RpcError | None = None
         self._conn: _Connection | None = None
         self._live: set[_Connection] = set()  # the current one, and any still draining
@@ -980,11 +981,13 @@ class Channel:
 
     def _current(self) -> _Connection | None:
         conn = self._conn
-        return conn if conn is not None and conn.usable else None
+        return conn if conn is not None and conn.usable and not self._closed else None
 
     def _wait(self, call: _Call, block: bytes, body: bytes | None) -> None:
         """Keep *call* until a connection is made (connecting if nobody is), and begin
         it there; end it if the channel cannot connect or closes."""
+        if call._code is not None:
+            return  # ended meanwhile (cancelled, or its deadline passed)
         if self._closed:
             call._ended(_UNAVAILABLE, "the channel was closed")
             return
@@ -995,7 +998,7 @@ class Channel:
         if self._connecting is None:
             loop = asyncio.get_running_loop()
             failure = self._failure
-            if failure is not None and loop.time() - self._failed_at < self._backoff:
+            if failure is not None and loop.time() < self._retry_at:
                 # Failed a moment ago: fail fast, as gRPC does in its transient failure.
                 call._ended(failure.code(), failure.details() or "")
                 return
@@ -1012,23 +1015,31 @@ class Channel:
 
     async def _connect(self) -> None:
         loop = asyncio.get_running_loop()
+        closed = RpcError(_UNAVAILABLE, "the channel was closed")
         try:
             try:
-                _, conn = await asyncio.wait_for(
-                    loop.create_connection(
+                # In this task (not wait_for's, whose result may still be returned after
+                # this task was cancelled): a cancel reaches the connection's own wait.
+                async with asyncio.timeout(self.connect_timeout):
+                    _, conn = await loop.create_connection(
                         lambda: _Connection(self),
                         self._host,
                         self._port,
                         ssl=self._ssl,
                         server_hostname=self._host if self._ssl is not None else None,
-                    ),
-                    self.connect_timeout,
-                )
+                    )
             except (TimeoutError, OSError) as exc:
                 raise RpcError(
                     _UNAVAILABLE,
                     f"cannot connect to {self._host}:{self._port}: {exc or 'timed out'}",
                 ) from None
+            except Exception as exc:  # e.g. a host name that does not encode
+                raise RpcError(
+                    _UNAVAILABLE, f"cannot connect to {self._host}:{self._port}: {exc!r}"
+                ) from None
+            if self._closed:  # closed as the connection was made
+                conn.close(closed)
+                raise asyncio.CancelledError
             if self._ssl is not None:
                 transport = conn._transport
                 protocol = transport.get_extra_info("ssl_object") if transport else None
@@ -1038,14 +1049,14 @@ class Channel:
             if conn.error is not None:  # dropped as soon as it was made
                 raise RpcError(conn.error.code(), conn.error.details() or "")
         except RpcError as exc:
-            self._failure, self._failed_at = exc, loop.time()
+            self._failure, self._retry_at = exc, loop.time() + self._backoff
             self._backoff = min(self._backoff * 2, self._backoff_range[1])
             self._connecting = None
             self._release_waiting(None, exc)
             return
-        except BaseException:  # cancelled: the channel closes (and ends the waiting)
+        except asyncio.CancelledError:  # the channel closes (and ends the waiting)
             self._connecting = None
-            self._release_waiting(None, RpcError(_UNAVAILABLE, "the channel was closed"))
+            self._release_waiting(None, closed)
             raise
         self._failure, self._backoff = None, self._backoff_range[0]
         self._conn = conn
