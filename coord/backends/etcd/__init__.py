@@ -90,8 +90,8 @@ class EtcdBackend(Backend):
     :param request_timeout: time budget in seconds of one request, retries and failovers
         included
     :param connect_timeout: how long opening the backend waits for a first answer from a
-        member, in etcd's protocol (only the first connection: later ones are gRPC's,
-        unbounded, under each request's budget)
+        member, in etcd's protocol (only the first connection: later ones are the
+        channel's, each attempt bounded by 5 s, under each request's budget)
     """
 
     any_event_loop = False
