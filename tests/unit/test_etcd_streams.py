@@ -334,9 +334,12 @@ async def test_closing_the_channel_ends_the_streams_of_a_connection_going_away()
     frames: list[tuple[int, int]] = []  # (type, stream id) of what the client sent
     got_headers = asyncio.Event()
 
+    accepted: list[Any] = []
+
     class Server(asyncio.Protocol):
         def connection_made(self, transport: Any) -> None:
             self.transport, self.buffer = transport, b""
+            accepted.append(transport)
             transport.write(bytes.fromhex("000000040000000000"))  # SETTINGS, empty
 
         def data_received(self, data: bytes) -> None:
@@ -372,6 +375,8 @@ async def test_closing_the_channel_ends_the_streams_of_a_connection_going_away()
         with anyio.fail_after(3):
             assert await call.code() == grpc.StatusCode.UNAVAILABLE
     finally:
+        for transport in accepted:  # (server.close() leaves accepted connections open)
+            transport.close()
         server.close()
         await server.wait_closed()
 

@@ -62,6 +62,8 @@ _TOP_UP = 2**27
 _DEFAULT_WINDOW = 65_535
 _DEFAULT_FRAME = 16_384
 _MAX_STREAM_ID = 2**31 - 1
+#: Seconds a closing channel waits for its connections' transports to close.
+_CLOSE_WAIT = 0.5
 #: Times a unary call goes again after the server refused its stream unprocessed.
 _REFUSALS = 3
 #: RST_STREAM error codes -> gRPC codes (gRPC's HTTP/2 transport mapping).
@@ -178,6 +180,8 @@ class _Connection(asyncio.Protocol):
         self._ping_due: asyncio.TimerHandle | None = None
         self.error: RpcError | None = None  # set once the connection is lost
         self.draining = False  # GOAWAY received: no new streams
+        #: Resolved when the transport is closed (a TLS one says goodbye first).
+        self.shut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     # -- the connection ----------------------------------------------------------------------
 
@@ -196,6 +200,8 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         reason = f"the connection to etcd was lost: {exc}" if exc else "etcd closed the connection"
         self._fail(RpcError(_UNAVAILABLE, reason))
+        if not self.shut.done():
+            self.shut.set_result(None)
 
     def _fail(self, error: RpcError) -> None:
         if self.error is None:
@@ -628,11 +634,7 @@ class _Call:
     def _open(self, block: bytes, body: bytes | None) -> None:
         """Start the stream now if the channel is connected, else once it is (the
         channel keeps the call until then, and ends it if it cannot connect)."""
-        conn = self._channel._current()
-        if conn is not None:
-            self._begin(conn, block, body)
-        else:
-            self._channel._wait(self, block, body)
+        self._channel._wait(self, block, body)
 
     def _begin(self, conn: _Connection, block: bytes, body: bytes | None) -> None:
         if self._code is not None:
@@ -958,8 +960,13 @@ class Channel:
     ) -> _StreamMethod:
         return _StreamMethod(self, method, request_serializer, response_deserializer)
 
-    def unary_stream(self, *args: Any, **kwargs: Any) -> Any:
-        return None  # not used by coord (aetcd's stubs make them all)
+    def unary_stream(self, method: str, *args: Any, **kwargs: Any) -> Callable[..., Any]:
+        """Not spoken (coord calls no such method; aetcd's stubs make them all)."""
+
+        def refuse(*args: Any, **kwargs: Any) -> Any:
+            raise NotImplementedError(f"coord's gRPC transport has no {method}")
+
+        return refuse
 
     stream_unary = unary_stream
 
@@ -984,8 +991,9 @@ class Channel:
         return conn if conn is not None and conn.usable and not self._closed else None
 
     def _wait(self, call: _Call, block: bytes, body: bytes | None) -> None:
-        """Keep *call* until a connection is made (connecting if nobody is), and begin
-        it there; end it if the channel cannot connect or closes."""
+        """Begin *call* on the current connection, or keep it until one is made
+        (connecting if nobody is) and begin it there; end it if the channel cannot
+        connect or closes."""
         if call._code is not None:
             return  # ended meanwhile (cancelled, or its deadline passed)
         if self._closed:
@@ -1077,7 +1085,8 @@ class Channel:
         self._closed = True
         self._conn = None
         closed = RpcError(_UNAVAILABLE, "the channel was closed")
-        for conn in list(self._live):
+        conns = list(self._live)
+        for conn in conns:
             conn.close(closed)
         self._live.clear()
         connecting, self._connecting = self._connecting, None
@@ -1085,3 +1094,13 @@ class Channel:
             connecting.cancel()
             await asyncio.wait([connecting])
         self._release_waiting(None, closed)
+        # Until the transports are closed (TLS's goodbye takes a round trip), or they are
+        # aborted: one left closing when the event loop ends is a socket never closed.
+        closing = [conn.shut for conn in conns if not conn.shut.done()]
+        try:
+            if closing:
+                await asyncio.wait(closing, timeout=_CLOSE_WAIT)
+        finally:
+            for conn in conns:
+                if not conn.shut.done():
+                    conn.abort("the channel was closed")

@@ -1,6 +1,8 @@
-"""The ZooKeeper backend starts no thread (issue 18, "ZooKeeper without threads"): a
-whole client's life, on asyncio and trio (the directory's event loops), leaves
-``threading.enumerate()`` as it was."""
+"""Neither store's backend starts a thread (issue 18): a whole client's life leaves
+``threading.enumerate()`` as it was. ZooKeeper's speaks its protocol on anyio (asyncio
+and trio); etcd's speaks gRPC itself (``backends/etcd/_http2.py``; grpc.aio ran a poller
+thread and four ``event_engine`` threads). Endpoints are addresses: a host name would be
+resolved by the event loop's executor, a thread of the loop's."""
 
 from __future__ import annotations
 
@@ -12,7 +14,28 @@ import pytest
 import coord
 from coord.testing import wait_for_waiters
 
-pytestmark = pytest.mark.zookeeper
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(
+    params=[
+        pytest.param(("etcd", "asyncio"), marks=pytest.mark.etcd, id="etcd"),
+        pytest.param(("zookeeper", "asyncio"), marks=pytest.mark.zookeeper, id="zk-asyncio"),
+        pytest.param(("zookeeper", "trio"), marks=pytest.mark.zookeeper, id="zk-trio"),
+    ]
+)
+def case(request: pytest.FixtureRequest) -> tuple[str, str]:
+    return request.param  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def anyio_backend(case: tuple[str, str]) -> str:
+    return case[1]
+
+
+@pytest.fixture
+def url(request: pytest.FixtureRequest, case: tuple[str, str]) -> str:
+    return str(request.getfixturevalue(f"{case[0]}_url"))
 
 
 def _threads() -> set[threading.Thread]:
@@ -21,10 +44,10 @@ def _threads() -> set[threading.Thread]:
     return {t for t in threading.enumerate() if not t.name.startswith("Trio thread")}
 
 
-async def test_a_clients_life_starts_no_thread(zookeeper_url: str) -> None:
+async def test_a_clients_life_starts_no_thread(url: str) -> None:
     before = _threads()
     with anyio.fail_after(30):
-        async with coord.connect(zookeeper_url, ttl=5) as a, coord.connect(zookeeper_url) as b:
+        async with coord.connect(url, ttl=5) as a, coord.connect(url) as b:
             mutex = a.mutex("threads")
             hold = await mutex.acquire()
             async with anyio.create_task_group() as tg:
