@@ -57,8 +57,6 @@ from ._queue import (
     order_key,
     order_of,
     queue_range,
-    range_op,
-    tail_key,
 )
 from ._register import Registrar
 from ._watch import Guard, HandOver, WatchCompacted, WatchStream
@@ -434,27 +432,28 @@ class EtcdBackend(Backend):
             prefix, _, waiter_id = entry.key.rpartition("/")
             found = await self._find_ordered(prefix + "/", waiter_id, entry.lease)
             return await self.delete(found) if found is not None else False
-        ops = [rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key))]
         ordered = order_of(entry.key) is not None and not entry.provisional
         if ordered:
-            # And the tail after it: the next registration here numbers from it (a
-            # client's own tail is some registrations old when others register between).
-            pk = key[: key.rindex(b"/") + 1]
-            ops = [*self._queues.release_ops(entry), range_op(tail_key(pk))]
-        if entry.provisional:
-            guard = rpc.Compare(key=key, target=_LEASE, lease=entry.lease, result=_EQUAL)
+            # No compare: a waiter key is made once (its waiter id is new per acquire,
+            # its number too), so its delete cannot hit another entry; the tail's
+            # transaction reads the tail unless it is mine (the next registration here
+            # numbers from it: a client's own tail is some registrations old when others
+            # register between).
+            guards = []
+            ops = self._queues.release_ops(entry)
+        elif entry.provisional:
+            guards = [rpc.Compare(key=key, target=_LEASE, lease=entry.lease, result=_EQUAL)]
+            ops = [rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key))]
         else:
-            guard = self._same(entry)
-        request = rpc.TxnRequest(compare=[guard], success=ops, failure=[])
+            guards = [self._same(entry)]
+            ops = [rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key))]
+        request = rpc.TxnRequest(compare=guards, success=ops, failure=[])
         answer = await self._conn.call_answer("delete", lambda c: c.kv.Txn, request)
         if ordered:
             self._queues.forget(entry)
         reply = answer.reply
-        if ordered and reply.succeeded:
-            # (gone with it, if it was the newest: the next registration here starts a new
-            # run of numbers, not a compare that fails on the tail it knew)
-            tail = reply.responses[-1].response_range.kvs
-            self._registrar.tail_seen(key, tail, reply.header.revision)
+        if ordered:
+            self._registrar.released(key, reply.responses[1].response_txn, reply.header.revision)
         if reply.succeeded and reply.responses[0].response_delete_range.deleted:
             return True
         # Not there: certain on a first attempt; after a repeat, the attempt whose reply

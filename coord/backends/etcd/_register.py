@@ -19,21 +19,25 @@ two keys, and nothing it made is left bound to a live lease.
 from __future__ import annotations
 
 import asyncio
+import itertools
+import logging
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from aetcd import rpc
 
-from ..._exceptions import BackendUnavailable, ClosedError, ConfigurationError
+from ..._exceptions import BackendError, BackendUnavailable, ClosedError, ConfigurationError
 from ...abc import Entry, Position
 from ._kv import _CREATE, _EQUAL, _LEASE, _MOD, _VALUE, _VERSION
 from ._queue import (
     BATCH,
+    IDLE,
     SUB,
     SUB_BITS,
     Backend,
     Queues,
+    delete_op,
     drop_ops,
     entries_of,
     fence_revision,
@@ -45,12 +49,15 @@ from ._queue import (
     queue_range,
     range_op,
     tail_key,
+    tail_value,
 )
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
 __all__ = ["Registrar"]
+
+_log = logging.getLogger("coord.backends.etcd")
 
 
 #: In place of the entry right before mine: the registration read that mine is the
@@ -61,16 +68,24 @@ AT_HEAD = Entry("")
 #: Most waiters of a batch sent with a guess (the guess doubles its transaction).
 GUESS_BATCH = 8
 
+#: Idle tails that this client made and leaves in the store, at most (each bound to the
+#: lease of the waiter that made it, so gone with that session at the latest): past it,
+#: the oldest :data:`IDLE_SWEEP` go, by one transaction, each only if still untouched.
+IDLE_TAILS = 1024
+IDLE_SWEEP = 64
+
 
 class _Tail(NamedTuple):
     """A prefix's tail as last seen: its mod revision (0: no tail), its number (with no
     tail: one below any key's, see :func:`_tail_of`), its version and its creation
-    revision (0 when not known: then no guess)."""
+    revision (0 when not known: then no guess), and whether it is *idle* (the queue is
+    empty: see ``drop_ops``)."""
 
     mod: int
     last: int
     version: int = 0
     create: int = 0
+    idle: bool = False
 
 
 @dataclass(frozen=True)
@@ -134,6 +149,9 @@ class Registrar:
         self._waiting: dict[bytes, deque[_Request]] = {}
         # prefix + waiter id -> its registration, until its caller has the answer.
         self._requests: dict[str, _Request] = {}
+        # The idle tails this client made (prefix -> mod revision), oldest first.
+        self._idle: dict[bytes, int] = {}
+        self._sweeping = False
 
     async def register(
         self,
@@ -305,6 +323,10 @@ class Registrar:
                 else:  # the tail made by my put
                     made = _Tail(revision, first + n - 1, 1, revision)
                 self._remember(pk, made)
+                self._idle.pop(pk, None)
+                if tail.idle:  # the queue was empty: nothing read, nobody ahead
+                    before = AT_HEAD
+                    break
                 kvs = entries_of(reply.responses[1 + n].response_range.kvs)
                 before = self._b._entry(kvs[-1]) if kvs else None
                 heads = reply.responses[2 + n].response_range.kvs if not tail.mod else ()
@@ -348,7 +370,9 @@ class Registrar:
         """One registration transaction of *batch* as *keys*, numbered from *first*, after
         the tail read as *tail*; with its guess (``_Doubt.guess``) nested in its failure
         branch if the batch's doubts have one."""
-        success = self._branch(pk, batch, keys, tail.last, first, heads=not tail.mod)
+        success = self._branch(
+            pk, batch, keys, tail.last, first, heads=not tail.mod, idle=tail.idle
+        )
         failure = [range_op(tail_key(pk)), range_op(keys[0])]
         if not tail.mod:  # the last key of the queue, which mine must sort after
             failure.append(range_op(keys[0], ordered_end(pk), last=True))
@@ -378,17 +402,27 @@ class Registrar:
         first: int,
         *,
         heads: bool,
+        idle: bool = False,
     ) -> list[Any]:
         """The operations that register *batch* as *keys* (numbered from *first*) after
         the tail numbered *last*: the tail's put, my keys', a read of the one ahead
-        (the tail's, if still there), the queue's first key if *heads* (only with no
-        tail: the queue is empty then, but for the waiters of a tail that left with its
-        waiter: an idle lock's acquire then needs no position read), and the links."""
+        (the tail's, if still there) unless the tail is *idle* (the queue is empty: no
+        read at all), the queue's first key if *heads* (only with no tail: the queue is
+        empty then, but for the waiters of a tail that left with its waiter: this
+        acquire then needs no position read), and the links (but the first's on an
+        idle queue: nobody is ahead of it)."""
         ops = [
-            _put(tail_key(pk), b"%d" % (first + len(batch) - 1), batch[-1].lease),
+            _put(tail_key(pk), tail_value(first + len(batch) - 1), batch[-1].lease),
             *(_put(k, r.value, r.lease) for k, r in zip(keys, batch, strict=True)),
-            range_op(order_key(pk, last), keys[0]),
         ]
+        if idle:
+            ops.extend(
+                _put(link_key(pk, first + i), b"", r.lease)
+                for i, r in enumerate(batch)
+                if r.link and i
+            )
+            return ops
+        ops.append(range_op(order_key(pk, last), keys[0]))
         if heads:
             head = rpc.RangeRequest(
                 key=queue_range(pk)[0], range_end=keys[0] + b"\0", limit=1, keys_only=True
@@ -443,15 +477,61 @@ class Registrar:
         self._remember(pk, tail)
         return tail
 
-    def tail_seen(self, key: bytes, kvs: Sequence[Any], revision: int) -> None:
-        """The delete of the waiter key *key* read its queue's tail as *kvs* at
-        *revision* (none if it went with that key, the newest waiter): the tail to number
-        from. Only a hint that saves a conflict: another client may register meanwhile
-        (the guess takes one such registration in its stride), and the compares of the
-        next registration tell."""
+    def released(self, key: bytes, tail: Any, revision: int) -> None:
+        """The delete of the waiter key *key* (numbered *order*) at *revision* answered
+        *tail*, its tail's transaction (``drop_ops``): the tail to number from. Gone if
+        that waiter was the newest, or idle if it was the first too (then it is this
+        client's); else the transaction's failure read it. Only a hint that saves a
+        conflict: another client may register meanwhile (the guess takes one such
+        registration in its stride), and the compares of the next registration tell."""
         pk = key[: key.rindex(b"/") + 1]
+        if not tail.succeeded:
+            seen = _tail_of(tail.responses[0].response_range.kvs, revision)
+        elif tail.responses[0].WhichOneof("response") == "response_put":  # made idle
+            known = self._tails.get(pk)
+            order = order_of(key[len(self._b._root) :].decode())
+            assert order is not None
+            seen = _Tail(revision, order, idle=True)
+            if known is not None and known.last == order and known.create:  # my put's
+                seen = seen._replace(version=known.version + 1, create=known.create)
+            self._made_idle(pk, revision)
+        else:  # gone with it: the next registration starts a new run of numbers
+            seen = _tail_of((), revision)
         if pk in self._tails:
-            self._remember(pk, _tail_of(kvs, revision))
+            self._remember(pk, seen)
+
+    # -- idle tails ------------------------------------------------------------------------------
+
+    def _made_idle(self, pk: bytes, mod: int) -> None:
+        """This client left the tail of *pk* idle at *mod*: a key in the store until its
+        session ends, so that the next acquire there reads nothing. A client that used
+        many names keeps at most :data:`IDLE_TAILS` of them: the oldest go."""
+        idle = self._idle
+        idle.pop(pk, None)
+        idle[pk] = mod
+        if len(idle) > IDLE_TAILS and not self._sweeping and self._b._tg is not None:
+            oldest = list(itertools.islice(idle.items(), IDLE_SWEEP))
+            for key, _ in oldest:
+                del idle[key]
+            self._sweeping = True
+            self._b._tg.start_soon(self._sweep, oldest)
+
+    async def _sweep(self, tails: list[tuple[bytes, int]]) -> None:
+        """Delete the idle tails *tails* (prefix, mod revision) that nobody touched
+        since: a registration since moved theirs (then it stays, as it should). Without
+        their tail, the next registrations there read the queue's first key."""
+        ops = []
+        for pk, mod in tails:
+            same = rpc.Compare(key=tail_key(pk), target=_MOD, mod_revision=mod, result=_EQUAL)
+            drop = rpc.TxnRequest(compare=[same], success=[delete_op(tail_key(pk))])
+            ops.append(rpc.RequestOp(request_txn=drop))
+            self._tails.pop(pk, None)
+        try:
+            await self._b._txn("sweep", [], ops)
+        except (BackendError, ClosedError) as exc:  # left bound to their session's lease
+            _log.debug("coord: idle etcd queue tails not swept: %s", exc)
+        finally:
+            self._sweeping = False
 
     def _remember(self, pk: bytes, tail: _Tail) -> None:
         if len(self._tails) >= 4096:
@@ -517,7 +597,10 @@ def _tail_of(kvs: Sequence[Any], revision: int) -> _Tail:
     registered since (the compares then tell)."""
     if kvs:
         kv = kvs[0]
-        return _Tail(kv.mod_revision, int(kv.value), kv.version, kv.create_revision)
+        value = bytes(kv.value)
+        idle = value.endswith(IDLE)
+        last = int(value[: -len(IDLE)] if idle else value)
+        return _Tail(kv.mod_revision, last, kv.version, kv.create_revision, idle)
     return _Tail(0, ((revision + 1) << SUB_BITS) - 1)
 
 
@@ -545,7 +628,7 @@ def _guess_compare(pk: bytes, guess: _Guess) -> list[Any]:
     return [
         rpc.Compare(key=tail, target=_CREATE, create_revision=guess.create, result=_EQUAL),
         rpc.Compare(key=tail, target=_VERSION, version=guess.version, result=_EQUAL),
-        rpc.Compare(key=tail, target=_VALUE, value=b"%d" % guess.value, result=_EQUAL),
+        rpc.Compare(key=tail, target=_VALUE, value=tail_value(guess.value), result=_EQUAL),
         rpc.Compare(key=guess.first, target=_CREATE, create_revision=0, result=_EQUAL),
     ]
 
