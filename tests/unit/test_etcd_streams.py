@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import grpc
+import hpack
 import pytest
 from aetcd import rpc
 
@@ -401,3 +402,21 @@ async def test_a_channel_closed_while_it_connects_keeps_no_connection(
     assert channel._current() is None
     with anyio.fail_after(3), pytest.raises(RpcError):
         await _txn(channel)  # and a new call on the closed channel ends at once
+
+
+async def test_a_header_block_decoded_from_memory_follows_the_table() -> None:
+    """A block that decoded without changing HPACK's dynamic table is decoded from
+    memory while the table stays as it was; once another block changes the table, the
+    same bytes (an index into the table) decode to what the table now holds."""
+    encoder = hpack.Encoder()
+    conn = _Connection(Channel("127.0.0.1", 1))
+    first = encoder.encode([(b"grpc-status", b"0")])  # a literal, indexed: table changes
+    assert conn._fields(first) == {b"grpc-status": b"0"}
+    again = encoder.encode([(b"grpc-status", b"0")])  # an index into the table
+    assert again != first
+    assert conn._fields(again) == {b"grpc-status": b"0"}
+    assert conn._fields(again) is conn._fields(again)  # from memory
+    other = encoder.encode([(b"grpc-status", b"5")])  # a new entry at the same index
+    assert conn._fields(other) == {b"grpc-status": b"5"}
+    assert conn._fields(again) == {b"grpc-status": b"5"}  # same bytes, the new table's
+    assert encoder.encode([(b"grpc-status", b"5")]) == again

@@ -66,6 +66,8 @@ _MAX_STREAM_ID = 2**31 - 1
 _CLOSE_WAIT = 0.5
 #: Times a unary call goes again after the server refused its stream unprocessed.
 _REFUSALS = 3
+#: Header blocks a connection keeps decoded, at most (see ``_Connection._fields``).
+_DECODED = 32
 #: RST_STREAM error codes -> gRPC codes (gRPC's HTTP/2 transport mapping).
 _RESET_CODES = {
     7: grpc.StatusCode.UNAVAILABLE,  # REFUSED_STREAM: not processed, safe to repeat
@@ -166,6 +168,9 @@ class _Connection(asyncio.Protocol):
         self._streams: dict[int, _Stream] = {}
         self._next_id = 1
         self._decoder = hpack.Decoder()
+        # Header blocks decoded with the table as it is: etcd's replies repeat the same
+        # few blocks (indexed fields), and decoding them is a third of a reply's cost.
+        self._decoded: dict[bytes, dict[bytes, bytes]] = {}
         self._block: bytearray | None = None  # a header block awaiting CONTINUATION
         self._block_stream = 0
         self._block_end = False
@@ -476,12 +481,29 @@ class _Connection(asyncio.Protocol):
             block, self._block = bytes(self._block), None
             self._header_block(sid, block, self._block_end)
 
+    def _fields(self, block: bytes) -> dict[bytes, bytes]:
+        """The fields of the header block *block*, decoded always (the dynamic table must
+        follow every block), but for a block that decoded the same way from the same
+        table: one that left the table as it was, while it still is."""
+        fields = self._decoded.get(block)
+        if fields is not None:
+            return fields
+        table = self._decoder.header_table
+        entries = table.dynamic_entries
+        before = (len(entries), entries[0] if entries else None, table.maxsize)
+        fields = dict(self._decoder.decode(block, raw=True))
+        after = (len(entries), entries[0] if entries else None, table.maxsize)
+        if after[0] != before[0] or after[1] is not before[1] or after[2] != before[2]:
+            self._decoded.clear()  # decoded with another table: stale
+        elif len(self._decoded) < _DECODED:
+            self._decoded[block] = fields
+        return fields
+
     def _header_block(self, sid: int, block: bytes, end: bool) -> None:
-        headers = self._decoder.decode(block, raw=True)  # always: the table must follow
+        fields = self._fields(block)
         stream = self._streams.get(sid)
         if stream is None:
             return
-        fields = dict(headers)
         if not stream.headers_seen:
             stream.headers_seen = True
             status = fields.get(b":status")
