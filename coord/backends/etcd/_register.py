@@ -510,24 +510,27 @@ class Registrar:
         idle.pop(pk, None)
         idle[pk] = mod
         if len(idle) > IDLE_TAILS and not self._sweeping and self._b._tg is not None:
-            oldest = list(itertools.islice(idle.items(), IDLE_SWEEP))
-            for key, _ in oldest:
-                del idle[key]
             self._sweeping = True
-            self._b._tg.start_soon(self._sweep, oldest)
+            self._b._tg.start_soon(self._sweep)
 
-    async def _sweep(self, tails: list[tuple[bytes, int]]) -> None:
-        """Delete the idle tails *tails* (prefix, mod revision) that nobody touched
-        since: a registration since moved theirs (then it stays, as it should). Without
-        their tail, the next registrations there read the queue's first key."""
-        ops = []
-        for pk, mod in tails:
-            same = rpc.Compare(key=tail_key(pk), target=_MOD, mod_revision=mod, result=_EQUAL)
-            drop = rpc.TxnRequest(compare=[same], success=[delete_op(tail_key(pk))])
-            ops.append(rpc.RequestOp(request_txn=drop))
-            self._tails.pop(pk, None)
+    async def _sweep(self) -> None:
+        """Delete the oldest idle tails of this client, :data:`IDLE_SWEEP` a transaction,
+        until at most :data:`IDLE_TAILS` are left; each only if nobody touched it since (a
+        registration since moved it: then it stays, as it should). Without its tail, the
+        next registration there reads the queue's first key."""
+        idle = self._idle
         try:
-            await self._b._txn("sweep", [], ops)
+            while len(idle) > IDLE_TAILS:
+                oldest = list(itertools.islice(idle.items(), IDLE_SWEEP))
+                ops = []
+                for pk, mod in oldest:
+                    del idle[pk]
+                    self._tails.pop(pk, None)
+                    tail = tail_key(pk)
+                    same = rpc.Compare(key=tail, target=_MOD, mod_revision=mod, result=_EQUAL)
+                    drop = rpc.TxnRequest(compare=[same], success=[delete_op(tail)])
+                    ops.append(rpc.RequestOp(request_txn=drop))
+                await self._b._txn("sweep", [], ops)
         except (BackendError, ClosedError) as exc:  # left bound to their session's lease
             _log.debug("coord: idle etcd queue tails not swept: %s", exc)
         finally:
