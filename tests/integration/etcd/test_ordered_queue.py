@@ -21,6 +21,7 @@ import coord
 from coord._url import parse_url
 from coord.abc import Create, Entry
 from coord.backends.etcd import EtcdBackend, _register
+from coord.backends.etcd._connection import Answer
 from coord.backends.etcd._kv import range_end
 from coord.backends.etcd._register import _Tail
 from coord.testing import expire_session, wait_for_no_waiters
@@ -484,6 +485,50 @@ async def test_a_client_keeps_a_bounded_number_of_idle_tails(
         assert left == ["n1", "n3", "n4"], left
         async with a.mutex("n2"):  # a swept tail: registered without one, correctly
             pass
+
+
+async def test_an_idle_tail_made_by_a_release_whose_answer_was_lost_is_swept_too(
+    etcd_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The repeat of a release whose first answer was lost finds the tail idle already
+    (its failure branch reads it): numbered as that waiter, it is this client's, and
+    counts towards IDLE_TAILS like the others."""
+    monkeypatch.setattr(_register, "IDLE_TAILS", 2)
+    monkeypatch.setattr(_register, "IDLE_SWEEP", 1)
+    async with AsyncExitStack() as stack:
+        a, b = await clients(stack, etcd_url, 2)
+        conn: Any = a.backend._conn  # type: ignore[attr-defined]
+        real = conn.call_answer
+
+        async def lossy(what: str, method: Any, request: Any, **kwargs: Any) -> Any:
+            if what != "delete":
+                return await real(what, method, request, **kwargs)
+            first = await real(what, method, request, **kwargs)  # applied, answer lost
+            again = await real(what, method, request, **kwargs)
+            return Answer(again.reply, again.sent, first.attempts + 1)
+
+        monkeypatch.setattr(conn, "call_answer", lossy)
+        names = [f"n{i}" for i in range(6)]
+        for name in names:
+            async with a.mutex(name):
+                pass
+        registrar = a.backend._registrar  # type: ignore[attr-defined]
+        with anyio.fail_after(5):
+            while registrar._sweeping:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+        left = [name for name in names if await b.backend.get(f"{name}/@") is not None]
+        assert left == ["n4", "n5"], left
+
+
+async def test_a_tail_of_another_layout_is_a_clear_error(etcd_url: str) -> None:
+    """A coord of another key layout under the same name: its acquire says so."""
+    async with coord.connect(etcd_url, ttl=30) as a:
+        etcd: Any = a.backend
+        await etcd._conn.call(
+            "put", lambda c: c.kv.Put, rpc.PutRequest(key=etcd._key("m/@"), value=b"v2:17")
+        )
+        with anyio.fail_after(5), pytest.raises(coord.ConfigurationError, match="layout"):
+            await a.backend.register("m/", wid(), a.session.lease)
 
 
 async def test_an_idle_locks_acquire_reads_no_position_and_a_tailless_queue_is_not_empty(
