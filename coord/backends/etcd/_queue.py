@@ -311,39 +311,42 @@ class Queues:
     async def _nearest(
         self, entry: Entry, key: bytes, pk: bytes, order: int, start: bytes
     ) -> Position:
-        # The key right before mine, with mine; and the first key of the queue.
-        window = range_op(order_key(pk, order - 1), key + b"\0")
+        # The nearest entry before mine within a window of order numbers, with mine: a
+        # read that costs the window's keys (each number has at most a key and a link,
+        # deleted ones included), never the queue's past. Only with none there, the
+        # queue's first key (from the queue's start: the keys deleted since the last
+        # compaction too), and then all of those ahead.
+        low = order_key(pk, max(order - WINDOW, 0))
+        window = rpc.RangeRequest(
+            key=low, range_end=key + b"\0", sort_order=_DESCEND, sort_target=_BY_KEY, limit=8
+        )
+        reply = await self._read_range(window)
+        kvs, revision = entries_of(reply.kvs), reply.header.revision
+        self._check_mine(entry, kvs[:1], key)
+        if len(kvs) > 1:
+            return Position(entry, (self._b._entry(kvs[1]),), revision)
         head = rpc.RequestOp(
             request_range=rpc.RangeRequest(
                 key=start, range_end=key + b"\0", limit=1, keys_only=True
             )
         )
         reply = await self._b._conn.call(
-            "position", lambda c: c.kv.Txn, rpc.TxnRequest(success=[window, head])
+            "position", lambda c: c.kv.Txn, rpc.TxnRequest(success=[range_op(key), head])
         )
         revision = reply.header.revision
-        kvs = entries_of(reply.responses[0].response_range.kvs)
-        self._check_mine(entry, kvs[-1:], key)
-        if len(kvs) > 1:
-            return Position(entry, (self._b._entry(kvs[-2]),), revision)
+        self._check_mine(entry, reply.responses[0].response_range.kvs, key)
         first = reply.responses[1].response_range.kvs
         # Mine, or my link (right before my key): nothing is ahead of me.
         if first and bytes(first[0].key) in (key, link_key(pk, order)):
             self.first(entry)
             return Position(entry, (), revision)
-        # A waiter ahead left out of turn: the nearest within a window, else the
-        # nearest of those ahead, sorted.
-        low = order_key(pk, max(order - WINDOW, 0))
-        reply = await self._read(range_op(low, key + b"\0"))
-        kvs, revision = entries_of(reply.kvs), reply.header.revision
-        if len(kvs) < 2:
-            kvs, revision = await self._last_entries(start, key + b"\0", 2)
-            kvs.reverse()
-        self._check_mine(entry, kvs[-1:], key)
+        # Waiters ahead, none within the window: the nearest of them, sorted.
+        kvs, revision = await self._last_entries(start, key + b"\0", 2)
+        self._check_mine(entry, kvs[:1], key)
         if len(kvs) < 2:
             self.first(entry)
             return Position(entry, (), revision)
-        return Position(entry, (self._b._entry(kvs[-2]),), revision)
+        return Position(entry, (self._b._entry(kvs[1]),), revision)
 
     async def _read(self, op: Any) -> Any:
         return await self._read_range(op.request_range)

@@ -23,6 +23,7 @@ from coord.abc import Create, Entry
 from coord.backends.etcd import EtcdBackend, _register
 from coord.backends.etcd._connection import Answer
 from coord.backends.etcd._kv import range_end
+from coord.backends.etcd._queue import queue_range
 from coord.backends.etcd._register import _Tail
 from coord.testing import expire_session, wait_for_no_waiters
 
@@ -529,6 +530,44 @@ async def test_a_tail_of_another_layout_is_a_clear_error(etcd_url: str) -> None:
         )
         with anyio.fail_after(5), pytest.raises(coord.ConfigurationError, match="layout"):
             await a.backend.register("m/", wid(), a.session.lease)
+
+
+async def test_a_waiter_whose_waiter_ahead_left_reads_a_window_not_the_queues_past(
+    etcd_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The waiter right ahead of mine leaves out of turn: my position read finds the one
+    ahead of it within a window of order numbers below mine. No read starts at the
+    queue's start: that one would walk every key deleted under the name since the last
+    compaction."""
+    async with AsyncExitStack() as stack:
+        a, b, c = await clients(stack, etcd_url, 3)
+        for _ in range(3):  # some past
+            async with a.mutex("m"):
+                pass
+        held = await a.backend.register("m/", wid(), a.session.lease)
+        gone = await b.backend.register("m/", wid(), b.session.lease)
+        mine = await c.backend.register("m/", wid(), c.session.lease)
+        assert mine.ahead == (gone.entry,)
+        assert await b.backend.delete(gone.entry)
+        sent: list[Any] = []
+        conn: Any = c.backend._conn  # type: ignore[attr-defined]
+        real = conn.call_answer
+
+        async def recording(what: str, method: Any, request: Any, **kwargs: Any) -> Any:
+            sent.append(request)
+            return await real(what, method, request, **kwargs)
+
+        monkeypatch.setattr(conn, "call_answer", recording)
+        position = await c.backend.position(mine.entry, ahead=1)
+        assert position.ahead == (held.entry,)
+        start = queue_range(c.backend._key("m/"))[0]  # type: ignore[attr-defined]
+        reads = [r for r in sent if isinstance(r, rpc.RangeRequest)]
+        reads += [q for r in sent if isinstance(r, rpc.TxnRequest) for q in _ranges(r.success)]
+        assert reads
+        assert all(r.key != start for r in reads), reads
+        # With nobody ahead any more, the queue's first key tells (mine).
+        assert await a.backend.delete(held.entry)
+        assert (await c.backend.position(mine.entry, ahead=1)).is_head
 
 
 async def test_an_idle_locks_acquire_reads_no_position_and_a_tailless_queue_is_not_empty(
