@@ -49,11 +49,10 @@ of 64 numbers), strictly increasing along the queue and over time.
   that it can never be applied late (either branch): one made with
   a tail by moving the tail, one made without by creating the key its compares say is
   absent (``P!<order><waiter id>``, outside the queue's range, bound to the lease).
-* **position** — a read-only transaction (etcd serves it as a read, outside the apply
-  loop): the key right before mine together with mine (the existence check, etcd
-  #11456), and the queue's first key. Only after a waiter ahead left out of turn, a window
-  of 64 order numbers, and then the keys ahead sorted by key: the entries *ahead*, never
-  those behind.
+* **position** — a read (etcd serves it outside the apply loop) of the nearest entry
+  before mine within a window of 64 order numbers, together with mine (the existence
+  check, etcd #11456). Only with none there, the queue's first key, and then the keys
+  ahead sorted by key: the entries *ahead*, never those behind.
 * **delete** — the waiter's key and its link, and, if it was read as the first, the
   link numbered right after it: the hand-over. If it is the newest waiter (the tail
   holds its number), the tail becomes idle if it was also the first (the queue is empty
@@ -74,7 +73,7 @@ the queue's length and of its past. Three reads still start at the queue's start
 cost the entries ahead of the reader and the deleted keys among them (never those
 behind): a semaphore's or a read lock's reader's read of the n nearest entries (a sorted
 range), a registration with no tail (its newest waiter's session ended), and a position
-read after a waiter ahead left out of turn.
+read that found no entry ahead within its window.
 """
 
 from __future__ import annotations
