@@ -314,7 +314,10 @@ class Queues:
         # read that costs the window's keys (each number has at most a key and a link,
         # deleted ones included), never the queue's past. Only with none there, the
         # queue's first key (from the queue's start: the keys deleted since the last
-        # compaction too), and then all of those ahead.
+        # compaction too), and then all of those ahead. The price: a waiter that became
+        # the first with no hand-over proof (the waiter right ahead of it had left out of
+        # turn before the first released) reads twice where one read used to do, that
+        # one walking the name's past every time.
         low = order_key(pk, max(order - WINDOW, 0))
         window = rpc.RangeRequest(
             key=low, range_end=key + b"\0", sort_order=_DESCEND, sort_target=_BY_KEY, limit=8
