@@ -432,8 +432,8 @@ class EtcdBackend(Backend):
             prefix, _, waiter_id = entry.key.rpartition("/")
             found = await self._find_ordered(prefix + "/", waiter_id, entry.lease)
             return await self.delete(found) if found is not None else False
-        ordered = order_of(entry.key) is not None and not entry.provisional
-        if ordered:
+        order = None if entry.provisional else order_of(entry.key)
+        if order is not None:
             # No compare: a waiter key is made once (its waiter id is new per acquire,
             # its number too), so its delete cannot hit another entry; the tail's
             # transaction reads the tail unless it is mine (the next registration here
@@ -441,19 +441,20 @@ class EtcdBackend(Backend):
             # register between).
             guards = []
             ops = self._queues.release_ops(entry)
-        elif entry.provisional:
-            guards = [rpc.Compare(key=key, target=_LEASE, lease=entry.lease, result=_EQUAL)]
-            ops = [rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key))]
         else:
-            guards = [self._same(entry)]
+            guards = [
+                rpc.Compare(key=key, target=_LEASE, lease=entry.lease, result=_EQUAL)
+                if entry.provisional
+                else self._same(entry)
+            ]
             ops = [rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key))]
         request = rpc.TxnRequest(compare=guards, success=ops, failure=[])
         answer = await self._conn.call_answer("delete", lambda c: c.kv.Txn, request)
-        if ordered:
-            self._queues.forget(entry)
         reply = answer.reply
-        if ordered:
-            self._registrar.released(key, reply.responses[1].response_txn, reply.header.revision)
+        if order is not None:
+            self._queues.forget(entry)
+            tail = reply.responses[1].response_txn
+            self._registrar.released(key, order, tail, reply.header.revision)
         if reply.succeeded and reply.responses[0].response_delete_range.deleted:
             return True
         # Not there: certain on a first attempt; after a repeat, the attempt whose reply

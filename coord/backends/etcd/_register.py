@@ -332,7 +332,6 @@ class Registrar:
                 else:  # the tail made by my put
                     made = _Tail(revision, first + n - 1, 1, revision)
                 self._remember(pk, made)
-                self._idle.pop(pk, None)
                 if tail.idle:  # the queue was empty: nothing read, nobody ahead
                     before = AT_HEAD
                     break
@@ -360,6 +359,7 @@ class Registrar:
                 self._tails.pop(pk, None)
                 break
             tail = self._after_conflict(pk, reply)
+        self._idle.pop(pk, None)  # registered: the tail is no longer one this client left idle
         root = len(self._b._root)
         for i, (key, request) in enumerate(zip(keys, batch, strict=True)):
             created = fence_revision(revision, first + i)
@@ -424,14 +424,8 @@ class Registrar:
             _put(tail_key(pk), tail_value(first + len(batch) - 1), batch[-1].lease),
             *(_put(k, r.value, r.lease) for k, r in zip(keys, batch, strict=True)),
         ]
-        if idle:
-            ops.extend(
-                _put(link_key(pk, first + i), b"", r.lease)
-                for i, r in enumerate(batch)
-                if r.link and i
-            )
-            return ops
-        ops.append(range_op(order_key(pk, last), keys[0]))
+        if not idle:
+            ops.append(range_op(order_key(pk, last), keys[0]))
         if heads:
             head = rpc.RangeRequest(
                 key=queue_range(pk)[0], range_end=keys[0] + b"\0", limit=1, keys_only=True
@@ -443,7 +437,9 @@ class Registrar:
         # acquire: a put less), and the others wait behind it and read.
         else:
             ops.extend(
-                _put(link_key(pk, first + i), b"", r.lease) for i, r in enumerate(batch) if r.link
+                _put(link_key(pk, first + i), b"", r.lease)
+                for i, r in enumerate(batch)
+                if r.link and (i or not idle)
             )
         return ops
 
@@ -486,8 +482,9 @@ class Registrar:
         self._remember(pk, tail)
         return tail
 
-    def released(self, key: bytes, tail: Any, revision: int) -> None:
-        """The delete of the waiter key *key* at *revision* answered *tail*, its tail's
+    def released(self, key: bytes, order: int, tail: Any, revision: int) -> None:
+        """The delete of the waiter key *key*, numbered *order*, at *revision* answered
+        *tail*, its tail's
         transaction (``drop_ops``): the tail to number from. Gone if that waiter was the
         newest, or idle if it was the first too (then it is this client's); else the
         transaction's failure read it (idle and numbered as that waiter: made idle by an
@@ -496,8 +493,6 @@ class Registrar:
         such registration in its stride), and the compares of the next registration
         tell."""
         pk = key[: key.rindex(b"/") + 1]
-        order = order_of(key[len(self._b._root) :].decode())
-        assert order is not None
         if not tail.succeeded:
             try:
                 seen = _tail_of(tail.responses[0].response_range.kvs, revision)
