@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from anyio.abc import AsyncResource
 
 from . import _waiters
+from ._background import close_on_exit
 from ._checks import check_bool, check_duration, check_type
 from ._election import Election
 from ._exceptions import ClosedError, ConfigurationError
@@ -272,7 +273,7 @@ class Client(AsyncResource):
         exc_val: BaseException | None,
         exc_tb: TracebackType | None,
     ) -> None:
-        await self.aclose()
+        await close_on_exit(self.aclose, exc_val)
 
     async def aclose(self) -> None:
         """Close the session (holders are cancelled and told first, then the lease is

@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from anyio.abc import AsyncResource, TaskGroup
+from anyio.abc import AsyncResource
 
 from . import _retry, _waiters
+from ._background import BackgroundTasks
 from ._checks import check_bool
 from ._exceptions import ClosedError, SessionExpiredError
 from ._readers import Readers
@@ -89,7 +90,7 @@ class SessionKeeper(SessionSource, AsyncResource):
         self._ttl = check_ttl(ttl, backend)
         self.renews = renew
         self._current: Session | None = None
-        self._tg: TaskGroup | None = None
+        self._tg: BackgroundTasks | None = None
         self._changed: anyio.Event | None = None
         self._closing = False
         self._dead = False  # lost, and not renewing
@@ -190,15 +191,16 @@ class SessionKeeper(SessionSource, AsyncResource):
 
     async def __aenter__(self) -> SessionKeeper:
         self._changed = anyio.Event()
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
+        # The keeper's tasks (and the sessions' tasks, which run in them) live until
+        # aclose(), whatever scope around the client is cancelled: see _background.
+        self._tg = BackgroundTasks()
+        await self._tg.open()
         try:
             # The first session's failure is raised as itself (tg.start re-raises it).
             session = await self._tg.start(self._keep)
         except BaseException:
             self._closing = True
-            self._tg.cancel_scope.cancel()
-            await self._tg.__aexit__(None, None, None)
+            await self._tg.aclose()
             raise
         self._tg.start_soon(self._renew)
         _log.info(
@@ -236,8 +238,7 @@ class SessionKeeper(SessionSource, AsyncResource):
                     with anyio.move_on_after(self._ttl + 1, shield=True):
                         await finished.wait()
         finally:
-            self._tg.cancel_scope.cancel()
-            await self._tg.__aexit__(None, None, None)
+            await self._tg.aclose()
 
     def _publish(self) -> None:
         assert self._changed is not None

@@ -18,9 +18,10 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
-from anyio.abc import AsyncResource, TaskGroup
+from anyio.abc import AsyncResource
 
 from . import _retry
+from ._background import BackgroundTasks, close_on_exit
 from ._checks import check_seconds
 from ._deferred import Deferred, Start
 from ._exceptions import (
@@ -164,7 +165,7 @@ class Session(SessionSource, OwnedWork, AsyncResource):
         self._ttl = check_ttl(ttl, backend)
         self._backend = backend
         self._lease: Lease | None = None
-        self._tg: TaskGroup | None = None
+        self._tg: BackgroundTasks | None = None
         self._closed = False
         self._lost: anyio.Event | None = None
         self._scopes: set[anyio.CancelScope] = set()
@@ -262,8 +263,8 @@ class Session(SessionSource, OwnedWork, AsyncResource):
         self._lost = anyio.Event()
         self._in_flight = anyio.Semaphore(IN_FLIGHT)
         lease = self._lease = await self._backend.grant(self._ttl)
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
+        self._tg = BackgroundTasks()  # until aclose(), whatever scope around is cancelled
+        await self._tg.open()
         self._tg.start_soon(self._follow, lease)
         return self
 
@@ -273,7 +274,7 @@ class Session(SessionSource, OwnedWork, AsyncResource):
         exc_val: BaseException | None,
         exc_tb: TracebackType | None,
     ) -> None:
-        await self.aclose()
+        await close_on_exit(self.aclose, exc_val)
 
     async def aclose(self) -> None:
         """Tell every holder and waiter that the session is over, then revoke the lease
@@ -299,8 +300,7 @@ class Session(SessionSource, OwnedWork, AsyncResource):
         finally:
             # Exited outside the shield scope: scopes must nest, and the task group was
             # entered in __aenter__.
-            self._tg.cancel_scope.cancel()
-            await self._tg.__aexit__(None, None, None)
+            await self._tg.aclose()
 
     def declare_lost(self, reason: str) -> None:
         """Mark the session lost now (e.g. the store refused a request on its lease) and

@@ -26,6 +26,7 @@ import anyio
 from anyio.lowlevel import checkpoint
 
 from .. import _keys
+from .._background import BackgroundTasks
 from .._exceptions import (
     BackendUnavailable,
     ClosedError,
@@ -52,8 +53,6 @@ from ._txn import check_key, check_ops, check_request, check_value, estimate
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-
-    from anyio.abc import TaskGroup
 
     from .._url import ParsedURL
     from ..abc import Op
@@ -86,7 +85,7 @@ class MemoryBackend(Backend):
 
     def __init__(self, store: MemoryStore | None = None) -> None:
         self.store: MemoryStore = store if store is not None else MemoryStore()
-        self._tg: TaskGroup | None = None
+        self._tg: BackgroundTasks | None = None
         self._granted: list[int] = []
         self._stalled = False
         self._partitioned = False
@@ -104,8 +103,8 @@ class MemoryBackend(Backend):
         return f"memory://{self.store.name}"
 
     async def __aenter__(self) -> MemoryBackend:
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
+        self._tg = BackgroundTasks()  # until aclose(), whatever scope around is cancelled
+        await self._tg.open()
         self.store._attach()
         return self
 
@@ -118,8 +117,7 @@ class MemoryBackend(Backend):
         for lease_id in self._granted:
             self.store.expire_lease(lease_id)
         self.store._detach()
-        tg.cancel_scope.cancel()
-        await tg.__aexit__(None, None, None)
+        await tg.aclose()
 
     # -- fault hooks ----------------------------------------------------------------------
 

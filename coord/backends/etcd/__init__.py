@@ -30,6 +30,7 @@ import anyio
 from aetcd import rpc
 
 from ... import _keys
+from ..._background import BackgroundTasks
 from ..._checks import check_bool, check_duration
 from ..._exceptions import ConfigurationError, EntryGoneError
 from ..._keys import WAITER_MARK
@@ -63,8 +64,6 @@ from ._watch import Guard, HandOver, WatchCompacted, WatchStream
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
-
-    from anyio.abc import TaskGroup
 
     from ..._url import ParsedURL
     from ...abc import Op
@@ -133,7 +132,7 @@ class EtcdBackend(Backend):
         self._watches = WatchStream(self._conn)
         self._queues = Queues(self)
         self._registrar = Registrar(self, self._queues)
-        self._tg: TaskGroup | None = None
+        self._tg: BackgroundTasks | None = None
 
     @classmethod
     def from_url(cls, url: ParsedURL, **options: Any) -> EtcdBackend:
@@ -168,17 +167,18 @@ class EtcdBackend(Backend):
             "etcd", GRPC, self._conn.endpoints, connect_timeout=self._connect_timeout, tls=tls
         )
         await self._conn.open()
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
+        self._tg = BackgroundTasks()  # until aclose(), whatever scope around is cancelled
+        await self._tg.open()
         await self._tg.start(self._watches.run)
         return self
 
     async def aclose(self) -> None:
         tg, self._tg = self._tg, None
-        if tg is not None:
-            tg.cancel_scope.cancel()
-            await tg.__aexit__(None, None, None)
-        await self._conn.close()
+        try:
+            if tg is not None:
+                await tg.aclose()  # raises the cancellation of a scope around the client
+        finally:
+            await self._conn.close()  # (shielded)
 
     # -- keys ----------------------------------------------------------------------------
 

@@ -91,8 +91,7 @@ from ._kv import _DESCEND, _EQUAL, _VALUE, range_end
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from anyio.abc import TaskGroup
-
+    from ..._background import BackgroundTasks
     from ._connection import Connection
 
 __all__ = ["Queues", "fence_revision", "order_of"]
@@ -230,7 +229,7 @@ class Backend(Protocol):
 
     _conn: Connection
     _root: bytes
-    _tg: TaskGroup | None
+    _tg: BackgroundTasks | None
     max_request_size: int
 
     @property

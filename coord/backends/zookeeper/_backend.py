@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ... import _keys
+from ..._background import BackgroundTasks
 from ..._exceptions import ClosedError, ConfigurationError, SessionExpiredError
 from ..._session import check_ttl
 from ..._url import format_url
@@ -29,8 +30,6 @@ from ._wire import State
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
-
-    from anyio.abc import TaskGroup
 
     from ..._url import ParsedURL
     from ...abc import Op
@@ -109,7 +108,7 @@ class ZooKeeperBackend(FaultHooks, Backend):
         self._plain = PlainKeys(self._conn, self._nodes, self._paths)
         self._multi = Transactions(self._conn, self._nodes, self._paths, self._queues)
         self._lease: ZooKeeperLease | None = None
-        self._tg: TaskGroup | None = None
+        self._tg: BackgroundTasks | None = None
         self._grant_lock: anyio.Lock | None = None
 
     @classmethod
@@ -137,8 +136,8 @@ class ZooKeeperBackend(FaultHooks, Backend):
         """
         await self._conn.first_contact()
         self._grant_lock = anyio.Lock()
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
+        self._tg = BackgroundTasks()  # until aclose(), whatever scope around is cancelled
+        await self._tg.open()
         self._conn.task_group = self._tg
         await self._tg.start(self._policy.run)
         await self._tg.start(self._watches.run)
@@ -156,8 +155,7 @@ class ZooKeeperBackend(FaultHooks, Backend):
             await self._conn.close()
             self._watches.wake_all()
         finally:
-            tg.cancel_scope.cancel()
-            await tg.__aexit__(None, None, None)
+            await tg.aclose()
 
     def _check_open(self) -> None:
         if self._tg is None:

@@ -38,7 +38,9 @@ from ._wire import State, WireClient
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
 
-    from anyio.abc import TaskGroup, TaskStatus
+    from anyio.abc import TaskStatus
+
+    from ..._background import BackgroundTasks
 
 __all__ = ["Connection"]
 
@@ -79,7 +81,7 @@ class Connection:
         self._running: dict[WireClient, anyio.Event] = {}  # client -> set to end its task
         self._down_since: float | None = None
         #: Runs the clients' tasks: the backend's task group, set once it is open.
-        self.task_group: TaskGroup | None = None
+        self.task_group: BackgroundTasks | None = None
         self.client: WireClient | None = None
         self.session_id = 0
         self.password = b""

@@ -1,0 +1,98 @@
+"""BackgroundTasks: the tasks a resource owns from its ``async with`` to its close.
+
+A client's session keeper, a session and a backend each run tasks (the keepalive, watch
+streams, the renewal of sessions) that must live exactly as long as the resource is open:
+a lock held in a block inside the client is only as good as the keepalive behind it. A task
+group entered in ``__aenter__`` would put those tasks under every cancel scope around the
+``async with``: cancelling an outer scope would stop the keepalive and close the session
+while a block inside the client, shielded for its clean-up, still runs and still holds its
+lock in its own eyes, and another client would take that lock.
+
+So the tasks run in a task group of their own, inside a shielded scope, in a host task of
+a task group entered in ``__aenter__`` (anyio's and httpx's background tasks are built the
+same way). The caller's own code stays under the scopes around it: an outer cancellation
+still reaches it, but not the tasks, which only :meth:`BackgroundTasks.aclose` stops, when
+the resource closes (which happens after every block inside it has left). A task that
+crashes still ends the resource's block, as a plain task group would: its error ends the
+host task, the outer group cancels the caller's block and raises the error at its exit.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Coroutine
+
+    from anyio.abc import TaskGroup, TaskStatus
+
+__all__ = ["BackgroundTasks", "close_on_exit"]
+
+
+async def close_on_exit(aclose: Callable[[], Awaitable[None]], error: BaseException | None) -> None:
+    """Await ``aclose()`` from an ``__aexit__`` whose block ended with *error*.
+
+    In a cancelled scope the close ends with that scope's cancellation (its tasks are
+    waited for, which is a checkpoint). Raised from ``__aexit__`` it would replace the
+    block's own error, and the scope would swallow both: so while an error propagates,
+    that error goes on instead (the cancellation is still pending in its scope).
+    """
+    try:
+        await aclose()
+    except anyio.get_cancelled_exc_class():
+        if error is None:
+            raise
+
+
+class BackgroundTasks:
+    """A task group shielded from the scopes around the ``async with`` that opened it,
+    stopped only by :meth:`aclose`. Enter it (``await tasks.open()``) in the owner's
+    ``__aenter__`` and close it in the owner's ``aclose``: scopes nest, so both in the
+    same task, and every scope entered in between left first."""
+
+    def __init__(self) -> None:
+        self._outer: TaskGroup | None = None
+        self._tasks: TaskGroup | None = None
+        self._scope: anyio.CancelScope | None = None
+
+    async def open(self) -> None:
+        """Start the host task. A checkpoint."""
+        outer = anyio.create_task_group()
+        await outer.__aenter__()
+        try:
+            self._tasks = await outer.start(self._host)
+        except BaseException as exc:
+            outer.cancel_scope.cancel()
+            await outer.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        self._outer = outer
+
+    async def _host(self, *, task_status: TaskStatus[TaskGroup]) -> None:
+        with anyio.CancelScope(shield=True) as self._scope:
+            async with anyio.create_task_group() as tasks:
+                task_status.started(tasks)
+                await anyio.sleep_forever()  # until aclose() cancels the scope
+
+    def start_soon(self, func: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
+        """Run ``func(*args)`` in a task until :meth:`aclose`. Not a checkpoint."""
+        assert self._tasks is not None, "BackgroundTasks.open() first"
+        self._tasks.start_soon(func, *args)
+
+    async def start(self, func: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> Any:
+        """Start ``func(*args, task_status=...)`` and return what it passes to
+        ``task_status.started()``; its failure before that is raised here (as
+        ``TaskGroup.start`` does). A checkpoint."""
+        assert self._tasks is not None, "BackgroundTasks.open() first"
+        return await self._tasks.start(func, *args)
+
+    async def aclose(self) -> None:
+        """Cancel the tasks and wait until they have ended (each task's own clean-up
+        runs shielded if it must). Idempotent."""
+        outer, self._outer = self._outer, None
+        if outer is None:
+            return
+        assert self._scope is not None
+        self._scope.cancel()
+        await outer.__aexit__(None, None, None)
