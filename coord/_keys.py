@@ -8,6 +8,13 @@ Waiter ids start with ``@``, a character no name segment may start with, and bac
 only keys of the form ``<prefix>@...``. So the queue of ``"a"`` never contains the waiters
 of ``"a/b"`` (a nested name would otherwise be listed as a waiter of its parent, and a
 holder of ``a/b`` acquiring ``a`` would wait on itself).
+
+Recipes keep what they need under names of their own: a queue ``N`` its jobs under
+``N/_jobs``, its claims under ``N/_claims``; a partitioner its partitions' locks under
+``N/_partitions/<p>``. Those segments start with ``_``, which no segment of a user's name
+may start with, so a user's name never reaches into a recipe's (``coord lock emails/_jobs``
+would otherwise show as a job of the queue ``emails``). They are made by
+:func:`internal_name` only.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ __all__ = [
     "check_name",
     "check_plain_key",
     "fence_of",
+    "internal_name",
     "is_waiter",
     "names_of",
     "new_waiter_id",
@@ -42,21 +50,60 @@ WAITER_MARK = "@"
 
 MAX_NAME_LENGTH = 512
 
-# A segment starts with a word character (letter, digit, underscore: never "@" or "."),
-# then word characters or a few punctuation marks that are safe in etcd keys, ZooKeeper
-# paths and URLs. No whitespace, no control characters, no "/" inside a segment.
-_SEGMENT = re.compile(r"\w[\w.:=+,~-]*\Z")
+#: The first character of the segments recipes add to a name for their own keys
+#: (``_jobs``, ``_partitions``...); never the first character of a user's segment.
+INTERNAL_MARK = "_"
+
+# A segment starts with a letter or a digit (never "_", "@" or "."), then word characters
+# or a few punctuation marks that are safe in etcd keys, ZooKeeper paths and URLs. No
+# whitespace, no control characters, no "/" inside a segment.
+_SEGMENT = re.compile(r"[^\W_][\w.:=+,~-]*\Z")
+# Segments of namespaces and of the recipes' own names may also start with "_".
+_ANY_SEGMENT = re.compile(r"\w[\w.:=+,~-]*\Z")
 _RESERVED = frozenset({"zookeeper"})
 
 
-def check_name(name: object, *, what: str = "name") -> str:
+_RULE = {
+    False: "must start with a letter or digit and contain only letters, digits and "
+    "'_.:=+,~-' (segments that start with '_' are the recipes' own, such as a queue's "
+    "'_jobs')",
+    True: "must start with a letter, digit or '_' and contain only letters, digits and '_.:=+,~-'",
+}
+
+
+class _InternalName(str):
+    """A name made by :func:`internal_name`: valid by construction."""
+
+    __slots__ = ()
+
+
+def internal_name(name: str, *parts: str) -> str:
+    """The name ``name/part/...`` that a recipe keeps its own keys under; the first
+    *part* starts with :data:`INTERNAL_MARK`, so no user's name can be the same.
+    :func:`check_name` accepts it (and nothing else spelled so). Not for users.
+
+    :raises ConfigurationError: if *name* is not a valid name
+    """
+    check_name(name)
+    assert parts, "a recipe's name adds a segment of its own"
+    assert parts[0].startswith(INTERNAL_MARK), parts
+    assert all(_ANY_SEGMENT.match(part) for part in parts), parts
+    return _InternalName("/".join((name, *parts)))
+
+
+def check_name(name: object, *, what: str = "name", internal: bool = False) -> str:
     """Return *name* if it is a valid coordination name, else raise ConfigurationError.
 
     :param name: the name to check, e.g. ``"orders/42"``
     :param what: how to call it in the error message
+    :param internal: let segments start with ``_`` too: for a namespace (a store's root
+        for names, which holds names but is none), or a recipe's own name as a test or
+        an operator's tool reads it
     :raises TypeError: if *name* is not a str
     :raises ConfigurationError: with a message that says what is wrong
     """
+    if type(name) is _InternalName:
+        return name
     name = check_str(name, what)
     if not name:
         raise ConfigurationError(f"{what} must not be empty")
@@ -71,11 +118,8 @@ def check_name(name: object, *, what: str = "name") -> str:
             )
         if segment.lower() in _RESERVED:
             raise ConfigurationError(f"{what} {name!r} uses the reserved segment {segment!r}")
-        if not _SEGMENT.match(segment):
-            raise ConfigurationError(
-                f"{what} {name!r}: segment {segment!r} must start with a letter, digit or '_' "
-                "and contain only letters, digits and '_.:=+,~-'"
-            )
+        if not (_ANY_SEGMENT if internal else _SEGMENT).match(segment):
+            raise ConfigurationError(f"{what} {name!r}: segment {segment!r} {_RULE[internal]}")
     return name
 
 

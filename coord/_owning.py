@@ -50,7 +50,7 @@ _REPLACED = 60
 
 def records_of(name: str) -> str:
     """The prefix of the assignment records of the partitioner *name*."""
-    return _keys.prefix_of(f"{name}/_assignment")
+    return _keys.prefix_of(_keys.internal_name(name, "_assignment"))
 
 
 def _records(listing: Listing) -> list[tuple[Entry, Record]]:

@@ -23,6 +23,7 @@ import anyio.lowlevel
 
 from ._exceptions import PartitionLost
 from ._hold import Hold
+from ._keys import internal_name
 from ._locking import TaskLock
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ __all__ = ["Block", "Part", "PartitionHold", "PartitionLock", "lock_name"]
 
 def lock_name(name: str, partition: int) -> str:
     """The name of the lock of *partition* of the partitioner *name*."""
-    return f"{name}/_partitions/{partition}"
+    return internal_name(name, "_partitions", str(partition))
 
 
 class PartitionHold(Hold):

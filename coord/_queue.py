@@ -140,7 +140,7 @@ class Queue:
         self._retry = Retry(
             max_attempts, on_exhausted, float(retry_delay), float(max_retry_delay), self._dead
         )
-        self._turn = Mutex(source, f"{name}/_turn")
+        self._turn = Mutex(source, _keys.internal_name(name, "_turn"))
         self._turn._counted = False  # the idle workers' turns are not the user's locks
 
     def __repr__(self) -> str:

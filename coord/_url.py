@@ -73,7 +73,8 @@ def parse_url(url: object) -> ParsedURL:
     if scheme == "memory":
         name = rest.strip("/")
         return ParsedURL(
-            scheme, namespace=check_name(name, what="memory store name") if name else ""
+            scheme,
+            namespace=check_name(name, what="memory store name", internal=True) if name else "",
         )
     netloc, _, path = rest.partition("/")
     username = password = None
@@ -85,7 +86,7 @@ def parse_url(url: object) -> ParsedURL:
             raise ConfigurationError(f"{_redact(url)}: empty user name")
     hosts = tuple(_parse_host(h, scheme, url) for h in netloc.split(","))
     path = path.strip("/")
-    namespace = check_name(path, what="namespace") if path else ""
+    namespace = check_name(path, what="namespace", internal=True) if path else ""
     return ParsedURL(scheme, hosts, namespace, username, password)
 
 

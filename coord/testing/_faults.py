@@ -82,7 +82,7 @@ async def _wait_for_queue(client: Client, name: str, done: Callable[[int], bool]
     client's own keepalive), and the count is always a real listing, never a tally that a
     store without history (ZooKeeper cannot name deleted children) could get wrong."""
     backend = client.backend
-    prefix = _keys.prefix_of(name)
+    prefix = _keys.check_name(name, internal=True) + "/"  # a recipe's own lock too
     while True:
         listing = await backend.entries(prefix)
         if done(len(listing.entries)):

@@ -39,6 +39,12 @@ _NOWHERE = "etcd://127.0.0.1:1"
         (["lock", "job", "--", "true"], "no store given: pass --url or set COORD_URL"),
         (["status", "--url", "redis://x"], "unknown URL scheme 'redis'"),
         (["lock", "--url", _NOWHERE, "a//b", "--", "true"], "has an empty segment"),
+        # A recipe's own names cannot be spelled: a lock there would stall a queue's
+        # claimers or show as one of its jobs.
+        (["lock", "--url", _NOWHERE, "emails/_turn", "--", "true"], "segment '_turn' must"),
+        (["lock", "--url", _NOWHERE, "emails/_jobs", "--", "true"], "are the recipes' own"),
+        (["elect", "--url", _NOWHERE, "p/_assignment", "--", "true"], "'_assignment' must"),
+        (["queue", "put", "--url", _NOWHERE, "emails/_claims", "x"], "'_claims' must"),
         (["lock", "--url", _NOWHERE, "job"], "Missing argument '-- CMD [ARGS]...'"),
         (["lock", "--url", _NOWHERE, "--grace", "-1", "job", "--", "true"], "--grace"),
         (["lock", "--url", _NOWHERE, "demo", "ls", "-l"], "put -- before it: coord lock NAME"),

@@ -14,6 +14,7 @@ import anyio
 import pytest
 
 import coord
+from coord._keys import internal_name
 from coord.testing import drop_key, expire_session
 
 from ._recorder import Recorder
@@ -371,13 +372,16 @@ async def test_names_under_the_partitioner_are_its_own_and_checked_at_the_call(
     clients: list[coord.Client],
 ) -> None:
     """A name whose partition locks' names would be too long is refused at the call (it
-    used to fail in the session's task group, closing the client's session). A user's
-    entry where the records live is not a record: it is never deleted."""
+    used to fail in the session's task group, closing the client's session). A user
+    cannot name the records' place; a foreign entry there (written by other means) is
+    not a record: it is never deleted."""
     a, b, _, _ = clients
     with pytest.raises(coord.ConfigurationError, match="too long"):
         a.partitioner("n" * 500, partitions=100)
     a.partitioner("n" * 490, partitions=100)
-    async with b.mutex("col/_assignment") as other:
+    with pytest.raises(coord.ConfigurationError, match="'_assignment'"):
+        b.mutex("col/_assignment")
+    async with b.mutex(internal_name("col", "_assignment")) as other:
         async with a.partitioner("col", partitions=2).join() as owner:
             await settled([owner], 2)
         assert not other.lost
