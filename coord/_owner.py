@@ -153,19 +153,26 @@ class Owner:
         return _Assignments(self)
 
     def partition(self, partition: int) -> AbstractAsyncContextManager[PartitionHold]:
-        """Work on an owned partition: ``async with owner.partition(p) as hold:``.
+        """Work on a partition of this member: ``async with owner.partition(p) as hold:``.
 
-        The block runs only while this member owns *partition*: it is cancelled when the
-        partition is taken away (a rebalance, leaving the group) or lost (the session,
-        the key), and then raises :exc:`coord.PartitionLost`. A partition taken away is
-        released only after every block on it has ended, so its next owner starts after
-        this one stopped. Send ``hold.fence`` with every write made for the partition:
-        it strictly increases from owner to owner. Any number of tasks may work on one
-        partition at once. Entering is a checkpoint.
+        Entering waits, if the assignment gives *partition* to this member but its
+        previous owner has yet to let it go, until this member owns it (the wait is
+        woken by the acquire, never polls; cancelling it leaves nothing behind: the
+        partition's lock is the owner's, not the block's). The block runs only while
+        this member owns *partition*: it is cancelled when the partition is taken away
+        (a rebalance, leaving the group) or lost (the session, the key), and then raises
+        :exc:`coord.PartitionLost`. A partition taken away is released only after every
+        block on it has ended, so its next owner starts after this one stopped. Send
+        ``hold.fence`` with every write made for the partition: it strictly increases
+        from owner to owner. Any number of tasks may work on one partition at once.
+        Entering is a checkpoint.
 
-        :raises PartitionLost: at once if this member does not own *partition* now
+        :raises PartitionLost: at once if the assignment, as this member last read it,
+            does not give it *partition* (none does before the first one is read: see
+            :meth:`assignments`); while waiting, if the partition is taken away or lost
+            before it is owned
         """
-        return Block(self._parts, self._name, partition)
+        return Block(self._parts, lambda: self._event, self._name, partition)
 
     # -- the owner's tasks ------------------------------------------------------------------
 

@@ -100,23 +100,54 @@ class Part:
 
 
 class Block:
-    """``async with owner.partition(p)``: a scope cancelled when the partition goes."""
+    """``async with owner.partition(p)``: a scope cancelled when the partition goes.
 
-    def __init__(self, parts: Mapping[int, Part], name: str, number: int) -> None:
+    :param parts: the member's partitions, by number (each one the assignment gives it,
+        owned or still being acquired)
+    :param changed: the event set at the next change of *parts* or of a part's state
+    """
+
+    def __init__(
+        self,
+        parts: Mapping[int, Part],
+        changed: Callable[[], anyio.Event],
+        name: str,
+        number: int,
+    ) -> None:
         self._parts = parts
+        self._changed = changed
         self._name = name
         self._number = number
         self._part: Part | None = None
         self._scope: anyio.CancelScope | None = None
 
-    async def __aenter__(self) -> PartitionHold:
+    async def _owned(self) -> Part:
+        """The part, once owned: at once if it is, after the acquire if the assignment
+        gives it to this member and its previous owner has yet to let it go."""
         await anyio.lowlevel.checkpoint()
-        part = self._parts.get(self._number)
-        if part is None or not part.usable:
-            why = part.why if part is not None and part.why else "it is not owned now"
+        waited: Part | None = None  # the part waited for (gone, it says why)
+        while True:
+            part = self._parts.get(self._number)
+            if part is not None and part.usable:
+                return part
+            if part is None and waited is not None:
+                why = waited.why or "its acquire ended before it was owned"
+            elif part is None:
+                why = "the assignment does not give it to this member"
+            elif part.why is not None:
+                why = part.why
+            elif part.hold is not None:
+                why = "it was lost"
+            else:  # assigned, being acquired: its previous owner has yet to let it go
+                waited = part
+                await self._changed().wait()
+                continue
             raise PartitionLost(
                 f"partition {self._number} of {self._name!r} is not this member's: {why}"
             )
+
+    async def __aenter__(self) -> PartitionHold:
+        part = await self._owned()
         assert part.hold is not None
         self._part, self._scope = part, anyio.CancelScope()
         if not part.bodies:

@@ -4,11 +4,13 @@ without a warning, and every code block either runs as copied or is accounted fo
 Blocks, by the language of their fence and the HTML comment right before them:
 
 * ``python``: a whole program, run as a script in a subprocess of its own. Examples call
-  ``coord.connect()`` with no URL, so they read ``COORD_URL``: here a fresh
-  ``memory://`` store, unless the comment asks for a real server:
+  ``coord.connect()`` with no URL, so they read ``COORD_URL``: such a block runs three
+  times, on a fresh ``memory://`` store and on a fresh namespace of the test session's
+  etcd and ZooKeeper (what a user copies must work on the store they run), unless the
+  comment before it says otherwise:
 
-  * ``<!-- needs: etcd -->`` or ``<!-- needs: zookeeper -->``: ``COORD_URL`` is a fresh
-    namespace on the test session's server;
+  * ``<!-- needs: etcd -->`` or ``<!-- needs: zookeeper -->``: only on that server (a
+    block about that store alone: its options, its test server);
   * ``<!-- needs: kafka -->``: ``KAFKA_BOOTSTRAP`` is the test session's broker too;
   * ``<!-- no-run -->``: a fragment on purpose (the README's overview snippets). They
     are counted (:data:`FRAGMENTS`) so that none is added silently, and compiled.
@@ -129,13 +131,26 @@ def test_every_block_runs_or_is_accounted_for() -> None:
     assert any(b.cli for b in BLOCKS), "the CLI blocks are recognized"
 
 
-def _env(block: Block, request: pytest.FixtureRequest) -> dict[str, str]:
+#: A block that connects to the store ``COORD_URL`` names (no URL given).
+_READS_URL = re.compile(r"coord\.connect\((\)|[a-z_]+\s*=)")
+_SERVERS = ("etcd", "zookeeper")
+
+
+def stores_of(block: Block) -> list[str]:
+    """The stores *block* runs on: its own server only, if it names one; all three if it
+    reads ``COORD_URL``; else once (``COORD_URL`` is then a memory store)."""
+    if block.mark in _SERVERS:
+        return [block.mark]
+    return ["memory", *_SERVERS] if _READS_URL.search(block.code) else ["memory"]
+
+
+def _env(block: Block, request: pytest.FixtureRequest, store: str = "memory") -> dict[str, str]:
     from coord.testing.pytest_plugin import fresh_namespace
 
     env = {**os.environ, "COORD_URL": f"memory://{fresh_namespace()}"}
     env.pop("KAFKA_BOOTSTRAP", None)
-    if block.mark in ("etcd", "zookeeper"):
-        env["COORD_URL"] = request.getfixturevalue(f"{block.mark}_url")
+    if store in _SERVERS:
+        env["COORD_URL"] = request.getfixturevalue(f"{store}_url")
     if block.mark == "kafka":
         env["KAFKA_BOOTSTRAP"] = request.getfixturevalue("kafka_broker").bootstrap
     return env
@@ -154,17 +169,31 @@ def _run(block: Block, env: dict[str, str], tmp_path: Path) -> subprocess.Comple
     )
 
 
+def _marks(block: Block, store: str) -> list[pytest.MarkDecorator]:
+    names = {store, block.mark} - {"memory", ""}
+    return [getattr(pytest.mark, name) for name in sorted(names)]
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(
-    "block",
+    ("block", "store"),
     [
-        pytest.param(b, id=b.id, marks=[getattr(pytest.mark, b.mark)] if b.mark else [])
+        pytest.param(b, store, id=f"{b.id}-{store}", marks=_marks(b, store))
         for b in PYTHON
+        for store in stores_of(b)
     ],
 )
-def test_block_runs(block: Block, request: pytest.FixtureRequest, tmp_path: Path) -> None:
-    result = _run(block, _env(block, request), tmp_path)
-    assert result.returncode == 0, f"{block.id}:\n{result.stdout}{result.stderr}"
+def test_block_runs(
+    block: Block, store: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    result = _run(block, _env(block, request, store), tmp_path)
+    assert result.returncode == 0, f"{block.id} on {store}:\n{result.stdout}{result.stderr}"
+
+
+def test_every_block_that_reads_the_url_runs_on_both_servers() -> None:
+    on_servers = [b for b in PYTHON if set(_SERVERS) <= set(stores_of(b))]
+    assert len(on_servers) >= 25, "the docs' examples are run on etcd and ZooKeeper"
+    assert all(b.mark in _SERVERS or b in on_servers for b in PYTHON if _READS_URL.search(b.code))
 
 
 @pytest.mark.parametrize(

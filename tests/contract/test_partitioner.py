@@ -566,3 +566,106 @@ async def test_assigned_leaves_out_the_partitions_on_their_way_out(
             assert first.statistics().assigned == 2
             release.set()
             tg.cancel_scope.cancel()
+
+
+async def _assigned(owner: coord.Owner, count: int) -> coord.Assignment:
+    """The first assignment that gives *owner* *count* partitions."""
+    async for assignment in owner.assignments():
+        if len(assignment.assigned) == count:
+            return assignment
+    raise AssertionError("the membership ended")
+
+
+async def test_entering_an_assigned_partition_waits_until_its_previous_owner_let_it_go(
+    clients: list[coord.Client],
+) -> None:
+    """docs/partitions.md's first example entered a partition assigned but not yet owned
+    and got PartitionLost on etcd and ZooKeeper (the memory store took it at once).
+    Entering waits for such a partition; one that is not assigned is refused at once."""
+    a, b, _, _ = clients
+    go = anyio.Event()
+    events: Recorder[tuple[str, int, int]] = Recorder()
+
+    async def slow(owner: coord.Owner, p: int) -> None:  # the first owner: stops at "go"
+        with contextlib.suppress(coord.PartitionLost):
+            async with owner.partition(p) as hold:
+                events.append(("working", p, hold.fence))
+                try:
+                    await anyio.sleep_forever()
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await go.wait()
+                        events.append(("stopped", p, hold.fence))
+
+    async def enter(owner: coord.Owner, p: int) -> None:
+        async with owner.partition(p) as hold:
+            events.append(("started", p, hold.fence))
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            members = Members(tg, "wait-own")
+            first = await members.join("a", a)
+            await settled([first])
+            for p in range(P):
+                tg.start_soon(slow, first, p)
+            await events.wait_for(lambda items: len(items) == P)
+            second = await members.join("b", b)
+            assignment = await _assigned(second, P // 2)
+            theirs = sorted(assignment.assigned)
+            assert assignment.owned == frozenset()  # the first's blocks still run
+            for p in theirs:
+                tg.start_soon(enter, second, p)
+            mine = min(set(range(P)) - set(theirs))
+            with pytest.raises(coord.PartitionLost, match="does not give it to this member"):
+                async with second.partition(mine):
+                    pass
+            await anyio.sleep(0.3)  # the entering blocks wait: nothing may start
+            assert len(events) == P
+            go.set()
+            await events.wait_for(lambda items: sum(e[0] == "started" for e in items) == P // 2)
+            members.leave("a")
+            members.leave("b")
+    moves = [e for e in events.items[P:] if e[1] in theirs]
+    for p in theirs:
+        (stopped,) = [e for e in moves if e[:2] == ("stopped", p)]
+        (started,) = [e for e in moves if e[:2] == ("started", p)]
+        assert moves.index(stopped) < moves.index(started)
+        assert started[2] > stopped[2]
+
+
+async def test_a_block_waiting_for_its_partition_is_told_when_the_member_leaves(
+    clients: list[coord.Client],
+) -> None:
+    a, b, _, _ = clients
+    told: Recorder[str] = Recorder()
+
+    async def hold_on(owner: coord.Owner, p: int) -> None:  # the first owner: a slow stop
+        with contextlib.suppress(coord.PartitionLost):  # (told that it moved, at the end)
+            async with owner.partition(p):
+                with anyio.CancelScope(shield=True):
+                    await anyio.sleep(1.0)
+
+    async def enter(owner: coord.Owner, p: int) -> None:
+        try:
+            async with owner.partition(p):
+                told.append("entered")
+        except coord.PartitionLost as exc:
+            told.append(str(exc))
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            members = Members(tg, "wait-leave")
+            first = await members.join("a", a, partitions=2)
+            await settled([first], 2)
+            for p in range(2):
+                tg.start_soon(hold_on, first, p)
+            await anyio.sleep(0.1)
+            second = await members.join("b", b, partitions=2)
+            (theirs,) = (await _assigned(second, 1)).assigned
+            tg.start_soon(enter, second, theirs)
+            await anyio.sleep(0.2)
+            assert told.items == []
+            members.leave("b")
+            await told.wait_for(lambda items: len(items) == 1)
+            members.leave("a")
+    assert "the member left the group" in told.items[0]
