@@ -30,7 +30,15 @@ from ._exceptions import (
 )
 from ._hold import Hold
 from ._keys import fence_of
-from ._leader import Leader, Observer
+from ._leader import (
+    Leader,
+    Observer,
+    candidate_record,
+    candidate_room,
+    candidate_value,
+    proclaim_room,
+    proclaimed,
+)
 from ._locking import TaskLock
 
 if TYPE_CHECKING:
@@ -59,7 +67,7 @@ class Term(Hold):
     @property
     def value(self) -> bytes:
         """The leader's current value (as campaigned, or last proclaimed)."""
-        return self._entry.value
+        return candidate_value(self._entry.value)
 
     async def proclaim(self, value: bytes) -> None:
         """Change the leader's value, only while still leading.
@@ -76,7 +84,8 @@ class Term(Hold):
         """
         session = self._session
         backend = session.backend
-        value = check_size(value, backend.max_value_size, "a leader's value")
+        room = proclaim_room(self._entry.value, backend.max_value_size)
+        record = proclaimed(self._entry.value, check_size(value, room, "a leader's value"))
         for attempt in _retry.attempts():
             if self.released:
                 raise LeadershipLost(f"{self.name!r}: the term (fence {self.fence}) has ended")
@@ -84,7 +93,7 @@ class Term(Hold):
                 raise LeadershipLost(f"{self.name!r}: not leading any more: {self._why()}")
             try:
                 entry = await backend.compare_and_set(
-                    self.key, value, version=self._entry.version, lease=session.lease
+                    self.key, record, version=self._entry.version, lease=session.lease
                 )
             except BackendUnavailable:
                 entry = None
@@ -103,7 +112,7 @@ class Term(Hold):
             if current is None or fence_of(current.revision) != self.fence:
                 self._key_gone()  # the body is cancelled, the block raises LeadershipLost
                 raise LeadershipLost(f"{self.name!r}: not leading any more: {self._why()}")
-            if current.value == value and current.version != self._entry.version:
+            if current.value == record and current.version != self._entry.version:
                 self._entry = current  # the write whose reply was lost did land
                 return
             self._entry = replace(self._entry, version=current.version)
@@ -130,7 +139,8 @@ class Campaign(TaskLock):
         return f"<coord.Election.campaign {self._name!r} value={self._campaign_value!r}>"
 
     def _value(self) -> bytes:
-        return self._campaign_value
+        # Made anew at each registration (its time), as a lock's.
+        return candidate_record(self._source.identity, self._campaign_value)
 
     async def __aenter__(self) -> Term:
         term = await super().__aenter__()
@@ -184,8 +194,15 @@ class Election:
         """
         return Campaign(self._source, self._name, self._check_value(value))
 
+    @property
+    def max_value_size(self) -> int:
+        """The largest value :meth:`campaign` and :meth:`Term.proclaim` take on this
+        store, in bytes: the store's value limit less the candidate's record beside it
+        (who campaigns, and when: about a hundred bytes)."""
+        return candidate_room(self._source.identity, self._source.backend.max_value_size)
+
     def _check_value(self, value: object) -> bytes:
-        return check_size(value, self._source.backend.max_value_size, "a leader's value")
+        return check_size(value, self.max_value_size, "a leader's value")
 
     async def leader(self) -> Leader | None:
         """The current leader, or None if nobody leads. A checkpoint; one read.

@@ -20,8 +20,6 @@ after an outage, a lost watch history or a new session).
 
 from __future__ import annotations
 
-import base64
-import binascii
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -40,7 +38,7 @@ from ._hold import Hold
 from ._keys import fence_of
 from ._locking import TaskLock
 from ._turns import Rule
-from ._waiters import parse_identity, waiter_value
+from ._waiters import unwrap, wrap, wrapped_room
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -54,9 +52,6 @@ _log = logging.getLogger("coord")
 
 #: A member reads no entry ahead and waits for none: joining is one registration.
 JOINED = Rule(ahead=0)
-
-#: Room for the registration time's digits to grow between the check and the write.
-_TIME_ROOM = 16
 
 
 @dataclass(frozen=True)
@@ -81,19 +76,10 @@ class Member:
 
     @classmethod
     def _of(cls, entry: Entry) -> Member:
-        record = parse_identity(entry.value)
-        since = record.pop("since", None)
-        encoded = record.pop("value", "")
-        try:
-            value = base64.b64decode(encoded, validate=True) if isinstance(encoded, str) else b""
-        except (binascii.Error, ValueError):
-            value = b""
+        record = unwrap(entry.value)
+        value = record.value or b""
         return cls(
-            member_id(entry.key),
-            record,
-            value,
-            float(since) if isinstance(since, (int, float)) else None,
-            fence_of(entry.revision),
+            member_id(entry.key), record.identity, value, record.since, fence_of(entry.revision)
         )
 
 
@@ -145,8 +131,7 @@ class Joining(TaskLock):
         return f"<coord.Joining {self._name!r} value={self._member_value!r}>"
 
     def _value(self) -> bytes:
-        encoded = base64.b64encode(self._member_value).decode()
-        return waiter_value(self._source.identity, value=encoded)
+        return wrap(self._source.identity, self._member_value)
 
     async def __aenter__(self) -> Membership:
         membership = await super().__aenter__()
@@ -198,12 +183,15 @@ class Group:
         """
         return Joining(self._source, self._name, self._check_value(value))
 
+    @property
+    def max_value_size(self) -> int:
+        """The largest value :meth:`join` takes on this store, in bytes: the store's
+        value limit less the member's record around it (who joins, and when), the value
+        in base64 (4 bytes for 3)."""
+        return wrapped_room(self._source.identity, self._source.backend.max_value_size)
+
     def _check_value(self, value: object) -> bytes:
-        # The record around it (who joins, when) as this client writes it, JSON escapes
-        # included, with room for the time's digits; the value goes in as base64.
-        record = len(waiter_value(self._source.identity, value="")) + _TIME_ROOM
-        room = max((self._source.backend.max_value_size - record) // 4 * 3, 0)
-        return check_size(value, room, "a member's value")
+        return check_size(value, self.max_value_size, "a member's value")
 
     async def members(self) -> list[Member]:
         """The live members, in join order. A checkpoint; one read of the store.

@@ -14,18 +14,75 @@ session is over, where etcd could follow on).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from . import _retry
 from ._exceptions import BackendError, ClosedError, SessionExpiredError
 from ._keys import fence_of
+from ._waiters import TIME_ROOM, parse_identity, since_of, waiter_value
 
 if TYPE_CHECKING:
     from ._session import SessionSource
     from .abc import Entry
 
-__all__ = ["Leader", "Observer"]
+__all__ = [
+    "CANDIDATE",
+    "Leader",
+    "Observer",
+    "candidate_record",
+    "candidate_room",
+    "candidate_value",
+    "proclaim_room",
+    "proclaimed",
+]
+
+#: The role recorded in a candidate's entry, beside who registered it and when (so that
+#: tools tell an election's entries from a lock's, which share its layout).
+CANDIDATE = "candidate"
+
+# A candidate's entry: a line of JSON (who campaigns, when, its role), then the value as
+# given: raw, so that a leader's value may take nearly all the store allows.
+_SEPARATOR = b"\n"
+
+
+def candidate_record(who: dict[str, Any], value: bytes) -> bytes:
+    """What a candidate's entry holds: who campaigns (host, pid, name), when, and *value*."""
+    return waiter_value(who, role=CANDIDATE) + _SEPARATOR + value
+
+
+def candidate_room(who: dict[str, Any], max_value_size: int) -> int:
+    """The largest value a candidate's entry fits in *max_value_size* bytes (with room
+    for the registration time's digits to grow)."""
+    return max(max_value_size - len(candidate_record(who, b"")) - TIME_ROOM, 0)
+
+
+def _split(raw: bytes) -> tuple[dict[str, Any], bytes] | None:
+    """The header and the value of a candidate's entry; None for an entry written by
+    something else."""
+    header, found, value = raw.partition(_SEPARATOR)
+    if not found or not header.startswith(b"{"):
+        return None
+    record = parse_identity(header)
+    return (record, value) if record.get("role") == CANDIDATE else None
+
+
+def candidate_value(raw: bytes) -> bytes:
+    """The value a candidate's entry holds (as campaigned or proclaimed); the whole of
+    *raw* for an entry written by something else."""
+    split = _split(raw)
+    return raw if split is None else split[1]
+
+
+def proclaimed(raw: bytes, value: bytes) -> bytes:
+    """The entry *raw* of a candidate with *value* in place of its value (the same
+    header: who campaigned, and when)."""
+    return raw[: raw.index(_SEPARATOR) + 1] + value if _split(raw) is not None else value
+
+
+def proclaim_room(raw: bytes, max_value_size: int) -> int:
+    """The largest value that :func:`proclaimed` fits in *max_value_size* bytes."""
+    return max_value_size - len(proclaimed(raw, b""))
 
 
 @dataclass(frozen=True)
@@ -35,15 +92,28 @@ class Leader:
     :ivar key: the leader's candidate key
     :ivar value: the value it campaigned with (or proclaimed since)
     :ivar fence: its term's fencing token
+    :ivar identity: who campaigned: ``host``, ``pid``, and ``name`` when the client was
+        given one (``connect(..., identity=...)``); empty for an entry written by
+        something else
+    :ivar since: when it campaigned (Unix seconds, its machine's clock), or None
     """
 
     key: str
     value: bytes
     fence: int
+    identity: dict[str, Any] = field(default_factory=dict, compare=False)
+    since: float | None = field(default=None, compare=False)
 
     @classmethod
     def _of(cls, entry: Entry) -> Leader:
-        return cls(entry.key, entry.value, fence_of(entry.revision))
+        fence = fence_of(entry.revision)
+        split = _split(entry.value)
+        if split is None:
+            return cls(entry.key, entry.value, fence)
+        record, value = split
+        since = since_of(record.pop("since", None))
+        who = {k: v for k, v in record.items() if k != "role"}
+        return cls(entry.key, value, fence, who, since)
 
 
 class Observer:

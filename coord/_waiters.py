@@ -3,11 +3,16 @@
 Each waiter key of a mutex, semaphore or read-write lock holds a small JSON value saying
 who registered it — host, pid, and the client's name given to ``connect(...,
 identity=...)`` — so that ``await mutex.waiters()`` (and tools built on it) can show who
-holds and who waits, in order, with fences.
+holds and who waits, in order, with fences. A group member's and an election candidate's
+entry carry the same record beside the value the user gave (a member's in base64 in the
+JSON, :func:`wrap`; a candidate's raw after it, :mod:`coord._leader`), so that
+``group.members()`` and ``election.leader()`` say who, too.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import os
 import socket
@@ -22,7 +27,19 @@ from ._keys import fence_of
 if TYPE_CHECKING:
     from .abc import Entry
 
-__all__ = ["Waiter", "check_identity", "identity", "parse_identity", "waiter_value"]
+__all__ = [
+    "TIME_ROOM",
+    "Waiter",
+    "Wrapped",
+    "check_identity",
+    "identity",
+    "parse_identity",
+    "since_of",
+    "unwrap",
+    "waiter_value",
+    "wrap",
+    "wrapped_room",
+]
 
 MAX_IDENTITY_LENGTH = 128
 
@@ -57,12 +74,63 @@ def waiter_value(who: dict[str, Any], **extra: Any) -> bytes:
 
 
 def parse_identity(value: bytes) -> dict[str, Any]:
-    """The identity recorded in a waiter key's value; empty if it records none."""
+    """The identity recorded in a waiter key's value: the whole of it, or its first line
+    (a candidate's entry holds its value after it); empty if it records none."""
+    for text in (value, value.partition(b"\n")[0]):
+        try:
+            who = json.loads(text)
+        except ValueError:
+            continue
+        return who if isinstance(who, dict) else {}
+    return {}
+
+
+#: Room for the registration time's digits to grow between a size check and the write.
+TIME_ROOM = 16
+
+
+def wrap(who: dict[str, Any], value: bytes, **extra: Any) -> bytes:
+    """A waiter value (:func:`waiter_value`: *who*, *extra*, when) around a user's
+    *value*, which goes in as base64."""
+    return waiter_value(who, **extra, value=base64.b64encode(value).decode())
+
+
+def wrapped_room(who: dict[str, Any], max_value_size: int, **extra: Any) -> int:
+    """The largest user value that :func:`wrap` fits in *max_value_size* bytes (the
+    record as this client writes it, JSON escapes included, with room for the time's
+    digits; base64 takes 4 bytes for 3)."""
+    record = len(waiter_value(who, **extra, value="")) + TIME_ROOM
+    return max((max_value_size - record) // 4 * 3, 0)
+
+
+@dataclass(frozen=True)
+class Wrapped:
+    """What :func:`unwrap` read: who wrote the record (without ``since`` and the value),
+    the user's value (None if the record holds none: a value written by something
+    else), and when it was registered (None if it does not say)."""
+
+    identity: dict[str, Any]
+    value: bytes | None
+    since: float | None
+
+
+def unwrap(raw: bytes) -> Wrapped:
+    """The record :func:`wrap` made of *raw*, as far as *raw* is one."""
+    record = parse_identity(raw)
+    encoded = record.pop("value", None)
+    since = since_of(record.pop("since", None))
     try:
-        who = json.loads(value)
-    except ValueError:
-        return {}
-    return who if isinstance(who, dict) else {}
+        value = base64.b64decode(encoded, validate=True) if isinstance(encoded, str) else None
+    except (binascii.Error, ValueError):
+        value = None
+    return Wrapped(record, value, since)
+
+
+def since_of(since: object) -> float | None:
+    """A recorded registration time, if it is one (Unix seconds)."""
+    if not isinstance(since, (int, float)) or isinstance(since, bool):
+        return None
+    return float(since)
 
 
 @dataclass(frozen=True)
@@ -89,7 +157,5 @@ class Waiter:
     @classmethod
     def _of(cls, entry: Entry, holding: bool) -> Waiter:
         who = parse_identity(entry.value)
-        since = who.pop("since", None)
-        if not isinstance(since, (int, float)) or isinstance(since, bool):
-            since = None
+        since = since_of(who.pop("since", None))
         return cls(entry.key, fence_of(entry.revision), holding, who, since)

@@ -3,10 +3,11 @@ the store, as plain data (the ``--json`` schema, version 1).
 
 The kind of a name is read from its entries, since the store records no type: readers'
 keys (``@r``) make a read-write lock, a recorded ``limit`` a semaphore, a recorded
-identity a mutex (or, with a joined ``value``, a group), anything else an election (a
-candidate's value is what it campaigned with), the ``_jobs``/``_claims``/``_dead``/``_turn``/
-``_ids`` names of one parent a queue, and the ``_assignment`` and ``_partitions/<p>`` names
-of one parent a partitioner (its members are the parent's entries).
+candidate role (or no identity at all: a foreign writer) an election, another recorded
+identity a mutex (or, with a joined ``value``, a group), the
+``_jobs``/``_claims``/``_dead``/``_turn``/``_ids`` names of one parent a queue, and the
+``_assignment`` and ``_partitions/<p>`` names of one parent a partitioner (its members
+are the parent's entries).
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 from coord import _jobs, _keys
 from coord._group import Member
 from coord._keys import WAITER_MARK, fence_of, waiter_id_of
+from coord._leader import CANDIDATE, candidate_value
 from coord._owning import newest_record, records_of
 from coord._partition import lock_name
 from coord._waiters import parse_identity
 
 from ._common import identity_in
-from .elect import CANDIDATE
 
 if TYPE_CHECKING:
     import coord
@@ -92,7 +93,7 @@ async def _lock(client: coord.Client, name: str, revisions: dict[str, int]) -> d
             reader = waiter_id_of(waiter.key).startswith(WAITER_MARK + "r")
             record["mode"] = "read" if reader else "write"
         if kind == "election":
-            record["value"] = values.get(waiter.key, b"").decode(errors="replace")
+            record["value"] = candidate_value(values.get(waiter.key, b"")).decode(errors="replace")
         if kind == "group":  # every member is in; its value is what it joined with
             record["holding"] = True
             record["value"] = members[waiter.key].value.decode(errors="replace")

@@ -26,11 +26,7 @@ if TYPE_CHECKING:
 
     import coord
 
-__all__ = ["CANDIDATE", "elect", "leader"]
-
-#: The role recorded in the default value of a `coord elect` candidate (`coord status`
-#: tells an election from a mutex by it: they share a layout).
-CANDIDATE = "candidate"
+__all__ = ["elect", "leader"]
 
 
 @click.command(cls=WrapsCommand)
@@ -74,7 +70,7 @@ async def _elect(
 ) -> int:
     async with store.connect() as client:
         election = client.election(name)
-        payload = (value or json.dumps({**client.identity, "role": CANDIDATE})).encode()
+        payload = (value or json.dumps(client.identity)).encode()
         while True:
             campaign = election.campaign(payload)
             async with waiting(lambda: _campaigning(election)):
@@ -107,8 +103,8 @@ def leader(store: Store, name: str, watch: bool, as_json: bool) -> None:
     Exits 1 if nobody leads (without --watch). With --watch, prints the leader, then a
     line at every change (a new leader, a new value, no leader) until Ctrl-C.
     With --json, each line is {"name": NAME, "leader": null | {"key", "value",
-    "fence", "identity"}}: value as text, identity the host/pid/name recorded by a
-    `coord elect` without --value (else {}).
+    "fence", "identity", "since"}}: value as text, identity the leader's host, pid and
+    --identity name, since when it campaigned (Unix seconds; null if unknown).
     """
     run(lambda _: _leader(store, name, watch=watch, as_json=as_json))
 
@@ -138,16 +134,24 @@ def _record(now: coord.Leader | None) -> dict[str, Any] | None:
     if now is None:
         return None
     value = now.value.decode(errors="replace")
-    return {"key": now.key, "value": value, "fence": now.fence, "identity": _who(now)}
+    who = _who(now)
+    return {"key": now.key, "value": value, "fence": now.fence, "identity": who, "since": now.since}
 
 
 def _who(now: coord.Leader) -> dict[str, Any]:
-    return identity_in(parse_identity(now.value))
+    # (An entry of an older coord held only the value: its default value was JSON.)
+    return identity_in(now.identity or parse_identity(now.value))
 
 
 def _show(now: coord.Leader | None) -> str:
-    """The leader as a person reads it: its identity, or its value."""
+    """The leader as a person reads it: its value (unless it only repeats who leads, as a
+    `coord elect` without --value does) and who leads."""
     if now is None:
         return "nobody"
     who = _who(now)
-    return show_identity(who) if who else now.value.decode(errors="replace")
+    value = repr(now.value.decode(errors="replace"))
+    if not who:
+        return value
+    if identity_in(parse_identity(now.value)) == who:
+        return show_identity(who)
+    return f"{value} by {show_identity(who)}"

@@ -126,7 +126,7 @@ def _partitioner_lines(obj: dict[str, Any]) -> Iterator[str]:
     owned = count(len(obj["owners"]), "owned partition")
     yield f"partitioner {obj['name']} ({size}, {count(len(obj['members']), 'member')}, {owned})"
     for member in obj["members"]:
-        yield f"  member  fence {member['fence']}  {_who(member)}  {member['value']!r}"
+        yield f"  member  fence {member['fence']}  {_who(member)}"
     for owner in obj["owners"]:
         yield f"  owns {owner['partition']:<4}  fence {owner['fence']}  {_who(owner)}"
 
@@ -153,9 +153,12 @@ def _age(entry: dict[str, Any]) -> str:
 
 
 def _who(entry: dict[str, Any]) -> str:
-    if entry.get("identity"):
-        return show_identity(entry["identity"])
-    return repr(entry["value"]) if "value" in entry else "unknown"
+    """Who registered *entry*, and the value it gave (a candidate's, a member's)."""
+    value = repr(entry["value"]) if "value" in entry else ""
+    if not entry.get("identity"):
+        return value or "unknown"
+    who = show_identity(entry["identity"])
+    return f"{who}  {value}" if value else who
 
 
 def _table(snapshot: _snapshot.Snapshot) -> Table:

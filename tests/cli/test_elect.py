@@ -69,9 +69,10 @@ def test_elect_runs_the_command_only_while_leading(coord_cli: Coord) -> None:
     assert watch.wait(timeout=10) == 128 + signal.SIGTERM
     # A first; then B and A again, unless the watch missed a short term (it reports
     # states as read, not every event). Only real candidates, never B before A.
-    leaders = [s["identity"].get("pid") or s["value"] for s in seen[1:-1]]
+    leaders = [s["identity"]["pid"] for s in seen[1:-1]]
     assert leaders[0] == a.pid
-    assert set(leaders) <= {a.pid, "node-b"}
+    assert set(leaders) <= {a.pid, b.pid}
+    assert all(s["since"] > 0 for s in seen[1:-1])  # when each campaigned
 
 
 @pytest.mark.parametrize("verb", ["elect", "lock"])
@@ -104,3 +105,20 @@ def test_a_command_that_ended_by_itself_is_never_run_again(coord_cli: Coord, ver
     assert log.read_text().splitlines() == ["run"], err
     assert status == 1
     assert "had exited with status 0, not all of it under the lock" in err, err
+
+
+def test_leader_and_status_say_who_leads_whatever_its_value(coord_cli: Coord) -> None:
+    ran = coord_cli.cwd / "ran"
+    command = ["sh", "-c", f"touch {ran}; exec sleep 30"]
+    holder = coord_cli.start(
+        "elect", "--identity", "cron-1", "--value", "laptop", "pool", "--", *command
+    )
+    wait_until(ran.exists, "the leader's command")
+    shown = json.loads(coord_cli.run("leader", "--json", "pool").stdout)["leader"]
+    who = {"host": socket.gethostname(), "pid": holder.pid, "name": "cron-1"}
+    assert (shown["value"], shown["identity"]) == ("laptop", who)
+    assert shown["since"] > 0
+    (entry,) = coord_cli.entries("pool")
+    assert (entry["identity"], entry["value"], entry["since"]) == (who, "laptop", shown["since"])
+    line = coord_cli.run("leader", "pool").stdout
+    assert line.startswith(f"pool: 'laptop' by pid {holder.pid} on {socket.gethostname()} (cron-1)")

@@ -430,3 +430,37 @@ async def test_leader_is_never_none_while_someone_leads(clients: list[coord.Clie
         stop.set()
     assert reads > 0
     assert nones == 0, f"leader() said 'no leader' {nones} times of {reads} while one led"
+
+
+async def test_the_leader_says_who_leads_and_since_when(coord_url: str) -> None:
+    """As a lock's waiters do: host, pid and the client's name, and when it campaigned
+    (``coord leader --json`` printed ``"identity": {}`` for every value but the CLI's
+    default). The value stays the user's own, through proclaim; an entry written by
+    something else reads as its whole value, from nobody known."""
+    import os
+    import socket
+    import time
+
+    async with coord.connect(coord_url, identity="scheduler-1") as client:
+        election = client.election("who")
+        before = time.time()
+        async with election.campaign(b"10.0.0.7") as term:
+            leader = await election.leader()
+            assert leader is not None
+            assert leader.value == term.value == b"10.0.0.7"
+            expected = {"host": socket.gethostname(), "pid": os.getpid(), "name": "scheduler-1"}
+            assert leader.identity == expected
+            assert leader.since is not None
+            assert before - 1 <= leader.since <= time.time() + 1
+            (waiter,) = await client.mutex("who").waiters()  # one layout, the same record
+            assert waiter.identity.items() >= expected.items()
+            assert waiter.since == leader.since
+            await term.proclaim(b"10.0.0.7, draining")
+            proclaimed = await election.leader()
+            assert proclaimed is not None
+            assert proclaimed.value == term.value == b"10.0.0.7, draining"
+            assert (proclaimed.identity, proclaimed.since) == (expected, leader.since)
+        await client.backend.register("who/", "@wforeign", None, value=b'{"a": 1}\nraw')
+        foreign = await election.leader()
+        assert foreign is not None
+        assert (foreign.value, foreign.identity, foreign.since) == (b'{"a": 1}\nraw', {}, None)

@@ -45,59 +45,29 @@ CLEANUP = 0.6
 NAME = "outer-cancel"
 
 
-@asynccontextmanager
-async def _mutex(client: coord.Client) -> AsyncIterator[Any]:
-    async with client.mutex(NAME) as hold:
-        yield hold
+def _lock(make: Callable[[coord.Client], AbstractAsyncContextManager[Any]]) -> Hold:
+    """A hold that is one ``async with`` of a lock-like recipe object."""
+
+    @asynccontextmanager
+    async def hold(client: coord.Client) -> AsyncIterator[Any]:
+        async with make(client) as held:
+            yield held
+
+    return hold
 
 
-async def _contend_mutex(other: coord.Client, got: anyio.Event) -> None:
-    async with other.mutex(NAME):
-        got.set()
+def _getting(make: Callable[[coord.Client], AbstractAsyncContextManager[Any]]) -> Contend:
+    """A contender that gets ``async with make(other)`` once the hold is left."""
+
+    async def contend(other: coord.Client, got: anyio.Event) -> None:
+        async with make(other):
+            got.set()
+
+    return contend
 
 
-@asynccontextmanager
-async def _semaphore(client: coord.Client) -> AsyncIterator[Any]:
-    async with client.semaphore(NAME, 1) as hold:
-        yield hold
-
-
-async def _contend_semaphore(other: coord.Client, got: anyio.Event) -> None:
-    async with other.semaphore(NAME, 1):
-        got.set()
-
-
-@asynccontextmanager
-async def _write(client: coord.Client) -> AsyncIterator[Any]:
-    async with client.rwlock(NAME).write as hold:
-        yield hold
-
-
-async def _contend_read(other: coord.Client, got: anyio.Event) -> None:
-    async with other.rwlock(NAME).read:
-        got.set()
-
-
-@asynccontextmanager
-async def _read(client: coord.Client) -> AsyncIterator[Any]:
-    async with client.rwlock(NAME).read as hold:
-        yield hold
-
-
-async def _contend_write(other: coord.Client, got: anyio.Event) -> None:
-    async with other.rwlock(NAME).write:
-        got.set()
-
-
-@asynccontextmanager
-async def _term(client: coord.Client) -> AsyncIterator[Any]:
-    async with client.election(NAME).campaign(b"first") as term:
-        yield term
-
-
-async def _contend_term(other: coord.Client, got: anyio.Event) -> None:
-    async with other.election(NAME).campaign(b"second"):
-        got.set()
+_mutex = _lock(lambda c: c.mutex(NAME))
+_contend_mutex = _getting(lambda c: c.mutex(NAME))
 
 
 def _queue(client: coord.Client) -> coord.Queue:
@@ -155,10 +125,26 @@ async def _contend_partition(other: coord.Client, got: anyio.Event) -> None:
 
 HOLDS = [
     pytest.param(_mutex, _contend_mutex, id="mutex"),
-    pytest.param(_semaphore, _contend_semaphore, id="semaphore"),
-    pytest.param(_write, _contend_read, id="rwlock-write"),
-    pytest.param(_read, _contend_write, id="rwlock-read"),
-    pytest.param(_term, _contend_term, id="election"),
+    pytest.param(
+        _lock(lambda c: c.semaphore(NAME, 1)),
+        _getting(lambda c: c.semaphore(NAME, 1)),
+        id="semaphore",
+    ),
+    pytest.param(
+        _lock(lambda c: c.rwlock(NAME).write),
+        _getting(lambda c: c.rwlock(NAME).read),
+        id="rwlock-write",
+    ),
+    pytest.param(
+        _lock(lambda c: c.rwlock(NAME).read),
+        _getting(lambda c: c.rwlock(NAME).write),
+        id="rwlock-read",
+    ),
+    pytest.param(
+        _lock(lambda c: c.election(NAME).campaign(b"first")),
+        _getting(lambda c: c.election(NAME).campaign(b"second")),
+        id="election",
+    ),
     pytest.param(_claim, _contend_claim, id="claim"),
     pytest.param(_membership, _contend_membership, id="membership"),
     pytest.param(_partition, _contend_partition, id="partition"),
