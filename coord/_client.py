@@ -362,6 +362,6 @@ def _check_event_loop(backend: Backend | type[Backend]) -> None:
     if library != "asyncio":
         name = backend.__name__ if isinstance(backend, type) else type(backend).__name__
         raise ConfigurationError(
-            f"{name} runs on asyncio only (its client library is asyncio-only), not on "
+            f"{name} runs on asyncio only ({backend.asyncio_only_because}), not on "
             f"{library}; run it with anyio.run(..., backend='asyncio')"
         )

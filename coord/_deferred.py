@@ -116,7 +116,7 @@ class Deferred:
                 try:
                     func()
                 except Exception:
-                    _log.exception("coord: a deferred call failed")
+                    _log.exception("a deferred call failed")
                 continue
             try:
                 self._start_soon(func)

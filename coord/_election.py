@@ -260,15 +260,15 @@ class Election:
             term: Term | None = None
             try:
                 async with self.campaign(value) as term:
-                    _log.info("coord: %s: leading (term %d)", self._name, term.fence)
+                    _log.info("%s: leading (term %d)", self._name, term.fence)
                     try:
                         await fn(term)
                     finally:
-                        _log.info("coord: %s: stopped leading (term %d)", self._name, term.fence)
+                        _log.info("%s: stopped leading (term %d)", self._name, term.fence)
             except LeadershipLost as exc:
                 if term is not None and term.lost:
                     # The release logged the loss (its fence and why) as a WARNING.
-                    _log.info("coord: %s: campaigning again after the loss", self._name)
+                    _log.info("%s: campaigning again after the loss", self._name)
                 else:  # fn ended the term itself (e.g. a fenced Kafka producer)
-                    _log.warning("coord: %s: %s; campaigning again", self._name, exc)
+                    _log.warning("%s: %s; campaigning again", self._name, exc)
             await anyio.sleep(cooldown)

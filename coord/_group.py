@@ -242,13 +242,13 @@ class Group:
         while True:
             try:
                 async with self.join(value) as membership:
-                    _log.info("coord: %s: joined (fence %d)", self._name, membership.fence)
+                    _log.info("%s: joined (fence %d)", self._name, membership.fence)
                     try:
                         await fn(membership)
                     finally:
-                        _log.info("coord: %s: left (fence %d)", self._name, membership.fence)
+                        _log.info("%s: left (fence %d)", self._name, membership.fence)
             except MembershipLost:
-                _log.info("coord: %s: joining again after the loss", self._name)
+                _log.info("%s: joining again after the loss", self._name)
             await anyio.sleep(cooldown)
 
 

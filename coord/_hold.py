@@ -246,7 +246,10 @@ class Hold:
         body, self._scope = self._scope, None
         if body is None:
             return False
-        return bool(body.__exit__(exc_type, exc_val, exc_tb))
+        swallowed = bool(body.__exit__(exc_type, exc_val, exc_tb))
+        # (True means the body's exception was the loss's cancellation, swallowed: trio's
+        # scope says True for a body that raised nothing as well.)
+        return swallowed and exc_val is not None
 
     # -- the guard: my own key, watched while the hold lasts -------------------------------
 

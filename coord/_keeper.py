@@ -204,7 +204,7 @@ class SessionKeeper(SessionSource, AsyncResource):
             raise
         self._tg.start_soon(self._renew)
         _log.info(
-            "coord: session %#x opened on %s (ttl %gs)",
+            "session %#x opened on %s (ttl %gs)",
             session.id,
             self._backend.url,
             session.lease.ttl,
@@ -265,7 +265,7 @@ class SessionKeeper(SessionSource, AsyncResource):
         except Exception:
             if not started:
                 raise
-            _log.exception("coord: closing session %#x failed", session.id)
+            _log.exception("closing session %#x failed", session.id)
         finally:
             finished.set()
             self._finished.pop(session, None)
@@ -279,7 +279,7 @@ class SessionKeeper(SessionSource, AsyncResource):
                 return
             self._lost += 1
             _log.warning(
-                "coord: session %#x on %s lost (%s)%s",
+                "session %#x on %s lost (%s)%s",
                 session.id,
                 self._backend.url,
                 session.reason,
@@ -305,11 +305,11 @@ class SessionKeeper(SessionSource, AsyncResource):
             except Exception as exc:  # the store is unreachable, refused us, ...
                 self._failures += 1
                 log = _log.warning if attempt in (0, 10) else _log.debug
-                log("coord: opening a new session failed (attempt %d): %s", attempt + 1, exc)
+                log("opening a new session failed (attempt %d): %s", attempt + 1, exc)
                 await _retry.backoff(attempt, cap=_RENEW_BACKOFF_CAP)
                 continue
             _log.info(
-                "coord: session %#x opened on %s (ttl %gs), replacing %#x after %.1fs "
+                "session %#x opened on %s (ttl %gs), replacing %#x after %.1fs "
                 "(%d failed attempts)",
                 session.id,
                 self._backend.url,

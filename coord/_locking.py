@@ -223,7 +223,7 @@ class TaskLock:
             )
         if _log.isEnabledFor(logging.DEBUG):
             _log.debug(
-                "coord: %s %r acquired (fence %d) after %.3fs%s",
+                "%s %r acquired (fence %d) after %.3fs%s",
                 self._what,
                 self._name,
                 hold.fence,
@@ -280,10 +280,10 @@ class TaskLock:
                 self._what, self._name, hold.fence, held, lost is not None
             )
         if lost is not None:
-            _log.warning("coord: %s %s", self._what, lost)  # the name, its fence, and why
+            _log.warning("%s %s", self._what, lost)  # the name, its fence, and why
         elif _log.isEnabledFor(logging.DEBUG):
             what, name = self._what, self._name
-            _log.debug("coord: %s %r released (fence %d) after %.3fs", what, name, hold.fence, held)
+            _log.debug("%s %r released (fence %d) after %.3fs", what, name, hold.fence, held)
 
     async def __aenter__(self) -> Hold:
         hold = await self._take(wait=True)  # acquire()'s work, without its frame

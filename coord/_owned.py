@@ -252,7 +252,7 @@ class OwnedWork(ABC):
                 if self.lost or not self.running:
                     return
                 if attempt == 3:
-                    _log.warning("coord: deleting %s keeps failing: %s", entry.key, exc)
+                    _log.warning("deleting %s keeps failing: %s", entry.key, exc)
                 await _retry.backoff(attempt)
 
 

@@ -237,7 +237,7 @@ class Owner:
         part.hold = hold
         unfollow = hold._follow(part.poke)
         self._counts["taken"] += 1
-        _log.debug("coord: %s: partition %d owned (fence %d)", self._name, part.number, hold.fence)
+        _log.debug("%s: partition %d owned (fence %d)", self._name, part.number, hold.fence)
         self._changed()
         try:
             if part.why is None:  # (taken away while its acquire returned: no wait)
@@ -257,7 +257,7 @@ class Owner:
             except (SessionExpiredError, ClosedError):  # LockLost (logged by the lock) too
                 lost = True
             else:
-                _log.debug("coord: %s: partition %d let go: %s", self._name, part.number, part.why)
+                _log.debug("%s: partition %d let go: %s", self._name, part.number, part.why)
             self._counts["lost" if lost else "released"] += 1
             if lost and not hold.session.lost:
                 self._again(part.number)  # its key was deleted: queue for it again

@@ -62,7 +62,7 @@ def _records(listing: Listing) -> list[tuple[Entry, Record]]:
         try:
             found.append((entry, Record.decode(entry.value, _keys.fence_of(entry.revision))))
         except (ValueError, KeyError, TypeError):
-            _log.warning("coord: %s is not an assignment record: ignored", entry.key)
+            _log.warning("%s is not an assignment record: ignored", entry.key)
     return found
 
 
@@ -120,7 +120,7 @@ class Owning:
                 await self._done.wait()
             if scope.cancelled_caught:
                 name = self._name
-                _log.warning("coord: %s: left with partitions not yet released", name)
+                _log.warning("%s: left with partitions not yet released", name)
         if self._error is not None:
             raise self._error
         return swallowed
@@ -148,7 +148,7 @@ class Owning:
                         loops.start_soon(self._follow)
                         loops.start_soon(self._coordinate)
         except Exception as exc:  # never into the session's task group: to the block
-            _log.exception("coord: %s: the member's tasks failed", self._name)
+            _log.exception("%s: the member's tasks failed", self._name)
             self._fail(exc)
         finally:
             session = self._membership.session
@@ -268,7 +268,7 @@ class Owning:
             return False
         self._written = result[-1]
         _log.info(
-            "coord: %s: assignment for %d members written (%d partitions)",
+            "%s: assignment for %d members written (%d partitions)",
             self._name,
             len(ids),
             self._partitions,

@@ -196,7 +196,7 @@ class Partitioner:
                 async with self.join(value) as owner:
                     await _serve(owner, work)
             except MembershipLost as exc:
-                _log.info("coord: %s: joining again after the loss: %s", self._name, exc)
+                _log.info("%s: joining again after the loss: %s", self._name, exc)
             await anyio.sleep(cooldown)
 
 
@@ -209,7 +209,7 @@ async def _serve(owner: Owner, work: Callable[[PartitionHold], Awaitable[object]
                 await work(hold)
                 await anyio.sleep_forever()  # owned, idle: not started again
         except PartitionLost as exc:
-            _log.info("coord: %s", exc)
+            _log.info("%s", exc)
         except Exception as exc:  # raised as itself, not in an exception group
             failed.append(exc)
             tg.cancel_scope.cancel()

@@ -229,7 +229,7 @@ class Putter:
                     return
                 await backend.transact([Remove(entry)])
         except (BackendError, SessionExpiredError, ValueError, KeyError) as exc:
-            _log.debug("coord: queue %r: collecting job markers failed: %s", self._name, exc)
+            _log.debug("queue %r: collecting job markers failed: %s", self._name, exc)
 
     def _unknown(self, job_id: str, exc: BaseException | None) -> OutcomeUnknown:
         why = f" ({exc})" if exc is not None else " in time"
@@ -260,7 +260,7 @@ class Putter:
             self._source.spawn(lambda: self._withdraw(waiter, marker, made, token))
         except Exception as exc:  # the client is closing: nothing runs any more
             _log.warning(
-                "coord: queue %r: the job of a cancelled put (%s) may stay queued: %s",
+                "queue %r: the job of a cancelled put (%s) may stay queued: %s",
                 self._name,
                 waiter,
                 exc,
@@ -283,11 +283,11 @@ class Putter:
                             return
                 except (BackendError, SessionExpiredError) as exc:
                     log = _log.warning if attempt == 3 else _log.debug
-                    log("coord: queue %r: withdrawing %s failed: %s", self._name, waiter, exc)
+                    log("queue %r: withdrawing %s failed: %s", self._name, waiter, exc)
                 await _retry.backoff(attempt)
         except Exception:  # a task of the client: were it to raise, the client would end
             _log.exception(
-                "coord: queue %r: withdrawing %s failed: it may stay queued", self._name, waiter
+                "queue %r: withdrawing %s failed: it may stay queued", self._name, waiter
             )
         finally:
             self._forget(waiter, token)
@@ -305,7 +305,7 @@ class Putter:
         fresh = job.version == made.version if made is not None else state.claim is None
         if not fresh or state.attempt:
             _log.warning(
-                "coord: queue %r: job %s of a cancelled put was claimed by a worker before "
+                "queue %r: job %s of a cancelled put was claimed by a worker before "
                 "it could be withdrawn: it runs",
                 self._name,
                 state.id,

@@ -385,7 +385,8 @@ class Claiming:
         job = self._job
         assert job is not None
         swallowed = job._hold._exit_body(exc_type, exc_val, exc_tb)
-        await settle(job, None if swallowed else exc_val, self._queue._retry)
+        exc = None if swallowed else exc_val
+        await settle(job, exc, self._queue._retry, cut_short=swallowed)
         return swallowed
 
 

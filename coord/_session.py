@@ -318,7 +318,7 @@ class Session(SessionSource, OwnedWork, AsyncResource):
             try:
                 listener()
             except Exception:  # pragma: no cover - listeners only set flags
-                _log.exception("coord: a session listener failed")
+                _log.exception("a session listener failed")
 
     async def _follow(self, lease: Lease) -> None:
         """Pass the lease's news on: its loss, and every interruption."""

@@ -54,10 +54,13 @@ class Retry:
     dead_prefix: str
 
 
-async def settle(job: Job, exc: BaseException | None, retry: Retry) -> None:
+async def settle(
+    job: Job, exc: BaseException | None, retry: Retry, *, cut_short: bool = False
+) -> None:
     """End *job*'s claim: ack if *exc* is None, retry/park/dead-letter for an Exception,
     release as it was for a cancellation or a deferred job.
 
+    :param cut_short: the body was cancelled because the claim was lost
     :raises ClaimLost: if the claim had been lost (``outcome="not done"``), the store
         refused the ending (``"not done"``), or its outcome is unknown (``"unknown"``);
         not for a cancelled block, whose cancellation propagates as it is
@@ -69,11 +72,7 @@ async def settle(job: Job, exc: BaseException | None, retry: Retry) -> None:
         # interruption, ZooKeeper's SUSPENDED), the job is given back as it was: an
         # outage the session survives never counts as an attempt.
         release_soon(session, job._entry, job._state, job.payload, hold.entry)
-        raise ClaimLost(
-            f"{hold.name!r}: the claim was lost (fence {hold.fence}): {hold._why()}",
-            outcome="not done",
-            job_id=job.id,
-        )
+        raise ClaimLost(_lost(job, exc, cut_short), outcome="not done", job_id=job.id)
     cancelled = exc is not None and not isinstance(exc, Exception)
     if job._deferred or cancelled:
         # Give it back as it was, no attempt counted.
@@ -100,7 +99,7 @@ async def _end(session: Session, ops: list[Op], hold: Hold, job: Job, what: str)
 
     def late(answer: str | None) -> None:
         _log.warning(
-            "coord: %s of job %s (claim fence %d), whose answer its worker did not wait for: %s",
+            "%s of job %s (claim fence %d), whose answer its worker did not wait for: %s",
             what,
             job.id,
             hold.fence,
@@ -114,6 +113,25 @@ async def _end(session: Session, ops: list[Op], hold: Hold, job: Job, what: str)
 
 
 _LATE = {"done": "it was applied", "refused": "the store refused it: not applied"}
+
+
+def _lost(job: Job, exc: BaseException | None, cut_short: bool) -> str:
+    """What a claim lost before its ending was sent did not do, and what its body may
+    have done."""
+    hold = job._hold
+    lost = f"the claim (fence {hold.fence}) was lost: {hold._why()}"
+    if cut_short:
+        done = "its body was cancelled, nothing was acked"
+    elif exc is None:
+        done = "the ack was not written, though the body ran to its end: its work may be done"
+    elif isinstance(exc, Exception):
+        done = "the retry was not written (the body raised): its work may be partly done"
+    else:
+        done = "the job was not given back (the body was cancelled)"
+    return (
+        f"{hold.name!r}: {lost}; {done}. The job is another worker's to do: make its side "
+        "effects idempotent with job.fence"
+    )
 
 
 def _not_done(job: Job, what: str, outcome: Outcome) -> ClaimLost:

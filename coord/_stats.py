@@ -132,7 +132,7 @@ class Counters:
             try:
                 observer.acquired(what, name, fence, wait, waited)
             except Exception:  # an exporter's failure must never fail an acquire
-                _log.exception("coord: a statistics observer failed on an acquire")
+                _log.exception("a statistics observer failed on an acquire")
 
     def released(self, what: str, name: str, fence: int, held: float, lost: bool) -> None:
         self.losses += lost
@@ -141,4 +141,4 @@ class Counters:
             try:
                 observer.released(what, name, fence, held, lost)
             except Exception:  # nor replace what the released block raised
-                _log.exception("coord: a statistics observer failed on a release")
+                _log.exception("a statistics observer failed on a release")

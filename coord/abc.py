@@ -255,6 +255,8 @@ class Backend(AsyncResource):
 
     #: True if the backend runs on any anyio event loop, False if asyncio only.
     any_event_loop: bool = True
+    #: Why a backend runs on asyncio only (for the error that refuses it elsewhere).
+    asyncio_only_because: str = ""
     #: True if a registration cancelled in flight costs no more to undo than one that
     #: answered: the delete of its provisional entry waits for its answer, then deletes
     #: the entry it made by key (etcd's registrar, the memory store). A session then

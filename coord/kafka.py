@@ -169,10 +169,10 @@ class Dispatcher:
                     f"{self._name}: another producer took over (term {term.fence})"
                 ) from exc
             except KafkaError as exc:
-                _log.warning("coord: %s: Kafka error while leading: %r; retrying", self._name, exc)
+                _log.warning("%s: Kafka error while leading: %r; retrying", self._name, exc)
                 await _retry.backoff(attempt, cap=5.0)
             except ClaimLost as exc:  # the job is claimable again; we still lead
-                _log.warning("coord: %s: %s", self._name, exc)
+                _log.warning("%s: %s", self._name, exc)
             finally:
                 if producer is not None:
                     with anyio.move_on_after(5, shield=True):
@@ -197,7 +197,7 @@ class Dispatcher:
                 if wanted or not isinstance(exc, NO_TRANSACTIONS):
                     raise
                 _log.warning(
-                    "coord: %s: the broker cannot do transactions (%r): publishing without; "
+                    "%s: the broker cannot do transactions (%r): publishing without; "
                     "consumers must use coord.kafka.FenceFilter",
                     self._name,
                     exc,

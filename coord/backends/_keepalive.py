@@ -110,7 +110,7 @@ class KeptAliveLease(Lease):
                     task_status.started()
                     await self._keepalive_loop()
         except Exception:  # a bug: the holders must hear of it, the user's tasks must not
-            _log.exception("coord: the keepalive of lease %#x failed", self._id)
+            _log.exception("the keepalive of lease %#x failed", self._id)
         finally:
             self._mark_lost("keepalive stopped")
             with anyio.CancelScope(shield=True):
@@ -153,7 +153,7 @@ class KeptAliveLease(Lease):
                 failed += 1
                 if failed == 1:
                     _log.warning(
-                        "coord: lease %#x: a keepalive failed (%s); retrying (%.1fs left)",
+                        "lease %#x: a keepalive failed (%s); retrying (%.1fs left)",
                         self._id,
                         self._why_failed,
                         self._deadline - anyio.current_time(),
@@ -171,7 +171,7 @@ class KeptAliveLease(Lease):
             self._deadline = max(self._deadline, sent + granted)
             next_send = sent + interval
             if failed:
-                _log.info("coord: lease %#x renewed after %d failed keepalives", self._id, failed)
+                _log.info("lease %#x renewed after %d failed keepalives", self._id, failed)
                 failed = 0
 
     async def _refresh_once(self, limit: float) -> float | None:
@@ -185,14 +185,14 @@ class KeptAliveLease(Lease):
             except Exception:
                 # A bug, but this task lives in the backend's task group: a keepalive
                 # that cannot be sent is a failed refresh (the deadline still protects us).
-                _log.exception("coord: lease %#x keepalive failed", self._id)
+                _log.exception("lease %#x keepalive failed", self._id)
                 return None
         if scope.cancelled_caught:
             self._why_failed = f"no answer in {limit:.1f}s"
             try:
                 await self._unanswered()
             except Exception:
-                _log.exception("coord: lease %#x: giving up on a member failed", self._id)
+                _log.exception("lease %#x: giving up on a member failed", self._id)
         return None
 
     async def _watchdog(self) -> None:

@@ -14,6 +14,9 @@ bytes of the store's protocol and reads the first answer:
 * an answer in another protocol, or a close: the openings of the other stores coord
   knows are tried on that member, so that the error names what listens there ("it
   answers as an HTTP/2 (gRPC) server: etcd?");
+* a member silent for a moment: the other openings are tried on it meanwhile, and one
+  that is answered (a Kafka broker, which waits for the rest of what it reads as a long
+  request) fails the contact at once, naming that server;
 * a member that accepts and never answers: the error says so once the timeout passed.
 
 The openings cost a server nothing: no session, no request. ZooKeeper's is its ``isro``
@@ -43,6 +46,8 @@ __all__ = ["GRPC", "KAFKA", "ZOOKEEPER", "Protocol", "first_contact"]
 
 # A member that answered in another protocol answers the others' openings as quickly.
 _IDENTIFY_TIMEOUT = 1.0
+# A member silent this long after the opening is asked in the other protocols too.
+_SILENCE = 0.25
 _MAX_ANSWER = 4096
 
 
@@ -146,10 +151,30 @@ async def _exchange(
 
 async def _check(member: _Member, protocol: Protocol, tls: ssl.SSLContext | None) -> bool:
     """Whether *member* speaks *protocol*; else ``member.problem`` says why not."""
-    try:
-        answer = await _exchange(member, protocol, tls)
-    except OSError as exc:
-        member.problem = f"{member}: {_reason(exc)}"
+    answer: bytes | None = None
+    async with anyio.create_task_group() as tg:
+
+        async def talk() -> None:
+            nonlocal answer
+            try:
+                answer = await _exchange(member, protocol, tls)
+            except OSError as exc:
+                member.problem = f"{member}: {_reason(exc)}"
+            tg.cancel_scope.cancel()
+
+        async def meanwhile() -> None:
+            # A store answers its opening at once; one that keeps silent may be a server
+            # of another kind waiting for the rest of what it took for a long request
+            # (a Kafka broker reads "PRI " or "isro" as a length of over a gigabyte).
+            await anyio.sleep(_SILENCE)
+            found = await _identify(member, protocol)
+            if found is not None:
+                member.problem = _speaks_other(member, protocol, found)
+                tg.cancel_scope.cancel()
+
+        tg.start_soon(talk)
+        tg.start_soon(meanwhile)
+    if answer is None:
         return False
     if protocol.recognise(answer):
         return True
@@ -157,8 +182,12 @@ async def _check(member: _Member, protocol: Protocol, tls: ssl.SSLContext | None
     member.problem = f"{member} does not speak {protocol.name} ({what})"
     found = await _identify(member, protocol)
     if found is not None:
-        member.problem = f"{member} does not speak {protocol.name} (it answers as {found.server})"
+        member.problem = _speaks_other(member, protocol, found)
     return False
+
+
+def _speaks_other(member: _Member, protocol: Protocol, found: Protocol) -> str:
+    return f"{member} does not speak {protocol.name} (it answers as {found.server})"
 
 
 def _reason(exc: OSError) -> str:

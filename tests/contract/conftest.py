@@ -1,5 +1,5 @@
 """The conformance suite runs every test on every backend: memory and ZooKeeper on asyncio
-and trio, etcd on asyncio only (aetcd's gRPC is asyncio code)."""
+and trio, etcd on asyncio only (coord's HTTP/2 transport is asyncio code)."""
 
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ async def test_session_start_loss_and_replacement(
     async with coord.connect(coord_url, ttl=5) as client:
         first = client.session
         url = client.backend.url
-        assert f"INFO coord: session {first.id:#x} opened on {url} (ttl 5s)" in _lines(caplog)
+        assert f"INFO session {first.id:#x} opened on {url} (ttl 5s)" in _lines(caplog)
         caplog.clear()
         await expire_session(client)
         with anyio.fail_after(10):
@@ -44,15 +44,15 @@ async def test_session_start_loss_and_replacement(
                     break
         await anyio.sleep(0.1)  # the replacement's line comes right after it is published
         lines = _lines(caplog)
-    lost = [line for line in lines if line.startswith(f"WARNING coord: session {first.id:#x}")]
+    lost = [line for line in lines if line.startswith(f"WARNING session {first.id:#x}")]
     assert len(lost) == 1, lines
-    pattern = r"WARNING coord: session \S+ on \S+ lost \(.+\); opening a new one"
+    pattern = r"WARNING session \S+ on \S+ lost \(.+\); opening a new one"
     assert re.fullmatch(pattern, lost[0])
     replaced = [line for line in lines if "replacing" in line]
     assert replaced == [
         line
         for line in lines
-        if line.startswith(f"INFO coord: session {session.id:#x} opened on {url} (ttl 5s), ")
+        if line.startswith(f"INFO session {session.id:#x} opened on {url} (ttl 5s), ")
         and f"replacing {first.id:#x} after " in line
     ], lines
     assert len(replaced) == 1, lines
@@ -71,16 +71,16 @@ async def test_a_lock_loss_is_one_warning_and_acquires_are_debug_lines(
             await anyio.sleep_forever()
     lines = [line for line in _lines(caplog, logging.DEBUG) if "'logged'" in line]
     assert re.fullmatch(
-        rf"DEBUG coord: mutex 'logged' acquired \(fence {hold.fence}\) after \d+\.\d{{3}}s",
+        rf"DEBUG mutex 'logged' acquired \(fence {hold.fence}\) after \d+\.\d{{3}}s",
         lines[0],
     ), lines
     assert re.fullmatch(
-        rf"DEBUG coord: mutex 'logged' released \(fence {hold.fence}\) after \d+\.\d{{3}}s",
+        rf"DEBUG mutex 'logged' released \(fence {hold.fence}\) after \d+\.\d{{3}}s",
         lines[1],
     ), lines
     warnings = [line for line in lines if line.startswith("WARNING")]
     assert warnings == [
-        f"WARNING coord: mutex 'logged' was lost while held (fence {lost.fence}): its key "
+        f"WARNING mutex 'logged' was lost while held (fence {lost.fence}): its key "
         "was deleted by someone else"
     ], lines
 
@@ -89,3 +89,17 @@ def test_no_secret_in_the_log(caplog: pytest.LogCaptureFixture) -> None:
     backend = coord.connect("etcd://root:s3cret@127.0.0.1:1/app").backend
     assert "s3cret" not in backend.url
     assert "s3cret" not in repr(backend)
+
+
+async def test_lines_in_loggings_default_format_name_coord_once(
+    coord_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The logger's name says "coord"; the message does not say it again
+    (``INFO:coord:coord: session ... opened``)."""
+    caplog.set_level(logging.DEBUG, logger="coord")
+    async with coord.connect(coord_url, ttl=5) as client, client.mutex("once"):
+        pass
+    formatter = logging.Formatter(logging.BASIC_FORMAT)
+    lines = [formatter.format(r) for r in caplog.records if r.name.startswith("coord")]
+    assert any(line.startswith("INFO:coord:session ") for line in lines), lines
+    assert not [line for line in lines if "coord: " in line], lines

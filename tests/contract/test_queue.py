@@ -341,6 +341,30 @@ async def test_loss_without_a_checkpoint_still_refuses_the_ack(clients: list[coo
     assert (await a.queue("zombie").stats()).depth == 0
 
 
+async def test_a_lost_claim_says_what_was_not_done_and_what_may_have_been(
+    clients: list[coord.Client],
+) -> None:
+    """A body that ran to its end before the loss was seen: its ack was not written, but
+    its work may be done (it said "the claim was lost", as for a body cut short)."""
+    a, _, _, _ = clients
+    await a.queue("said").put(b"one")
+    with anyio.fail_after(15):
+        with pytest.raises(coord.ClaimLost) as finished:
+            async with a.queue("said").claim() as job:
+                with anyio.CancelScope(shield=True):  # the body runs to its end
+                    await expire_session(a)
+                    await job.wait_lost()
+        assert finished.value.outcome == "not done"
+        assert "the ack was not written, though the body ran to its end" in str(finished.value)
+        assert "its work may be done" in str(finished.value)
+        with pytest.raises(coord.ClaimLost) as cut:
+            async with a.queue("said").claim() as job:
+                await expire_session(a)
+                await anyio.sleep_forever()  # cancelled by the loss
+        assert cut.value.outcome == "not done"
+        assert "its body was cancelled, nothing was acked" in str(cut.value)
+
+
 async def test_cancelled_claim_claims_nothing(clients: list[coord.Client]) -> None:
     a, b, _, _ = clients
     with anyio.move_on_after(0.3):

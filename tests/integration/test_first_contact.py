@@ -16,7 +16,7 @@ from coord.testing.pytest_plugin import fresh_namespace
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from coord.testing import EtcdServer, ZooKeeperServer
+    from coord.testing import EtcdServer, KafkaBroker, ZooKeeperServer
 
 pytestmark = pytest.mark.anyio
 
@@ -67,6 +67,19 @@ async def test_a_server_of_the_other_kind_is_named_within_2s(
             f"cannot connect to {'ZooKeeper' if url.startswith('zk') else 'etcd'}: "
             f"{endpoint} does not speak {protocol} (it answers as {found})"
         )
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("scheme", ["etcd", "zk"])
+async def test_a_kafka_broker_is_named_within_2s(scheme: str, kafka_broker: KafkaBroker) -> None:
+    """A Kafka broker reads either store's opening as the length of a request of over a
+    gigabyte and waits for the rest, silent: the probe asks it in Kafka's protocol
+    meanwhile (it waited the whole connect timeout, 30 s here)."""
+    started = anyio.current_time()
+    with pytest.raises(coord.BackendUnavailable, match="it answers as a Kafka broker"):
+        async with coord.connect(f"{scheme}://{kafka_broker.bootstrap}/x", connect_timeout=30):
+            pass
+    assert anyio.current_time() - started < 2
 
 
 @pytest.mark.parametrize("scheme", _SCHEMES)

@@ -16,8 +16,12 @@ def anyio_backend() -> str:
 
 
 async def test_etcd_under_trio_is_refused_at_the_call() -> None:
-    with pytest.raises(coord.ConfigurationError, match="asyncio only"):
+    """Saying why in coord's own terms (not "its client library", which coord no longer
+    uses for etcd's connections)."""
+    with pytest.raises(coord.ConfigurationError, match="asyncio only") as refused:
         coord.connect("etcd://127.0.0.1:1")
+    assert "coord's HTTP/2 transport for etcd's gRPC is built on asyncio" in str(refused.value)
+    assert "client library" not in str(refused.value)
 
 
 def test_etcd_made_outside_a_loop_is_refused_when_opened_under_trio() -> None:

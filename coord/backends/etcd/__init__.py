@@ -92,6 +92,10 @@ class EtcdBackend(Backend):
     """
 
     any_event_loop = False
+    asyncio_only_because = (
+        "coord's HTTP/2 transport for etcd's gRPC is built on asyncio's own connections "
+        "(asyncio.Protocol), not yet on anyio's streams"
+    )
     #: The registrar settles a registration cancelled in flight (``_register.py``).
     cheap_abandon = True
     #: etcd's own limit (``MaxLeaseTTL``, about 285 years).
@@ -160,7 +164,7 @@ class EtcdBackend(Backend):
             asyncio.get_running_loop()
         except RuntimeError:
             raise ConfigurationError(
-                "the etcd backend runs on asyncio only (its gRPC client is asyncio code)"
+                f"the etcd backend runs on asyncio only: {self.asyncio_only_because}"
             ) from None
         tls = await self._tls.probe_context() if self._tls is not None else None
         await first_contact(

@@ -544,7 +544,7 @@ class Registrar:
                     ops.append(rpc.RequestOp(request_txn=drop))
                 await self._b._txn("sweep", [], ops)
         except (BackendError, ClosedError) as exc:  # left bound to their session's lease
-            _log.debug("coord: idle etcd queue tails not swept: %s", exc)
+            _log.debug("idle etcd queue tails not swept: %s", exc)
         finally:
             self._sweeping = False
 

@@ -185,7 +185,7 @@ class Guard(_Watcher):
             try:
                 self._on_change()
             except Exception:  # pragma: no cover - callers only set flags, start tasks
-                _log.exception("coord: an etcd guard callback failed")
+                _log.exception("an etcd guard callback failed")
 
     def stop(self) -> None:
         """Stop the guard (cancels it on the server). Idempotent; not a checkpoint."""
@@ -383,7 +383,7 @@ class WatchStream:
             except Exception as exc:
                 # A bug: let it take the stream down and reopen it, never crash the
                 # user's code.
-                _log.exception("coord: etcd watch stream failed; reopening it")
+                _log.exception("etcd watch stream failed; reopening it")
                 error = exc
             if self._answered or anyio.current_time() - opened > _HEALTHY:
                 attempt = 0  # the stream worked: this is a fresh break
@@ -392,11 +392,11 @@ class WatchStream:
             except Exception as exc:  # e.g. logging in again was refused
                 attempt = max(attempt, 1)
                 if not self._failing:
-                    _log.warning("coord: etcd watch stream cannot recover yet: %s", exc)
+                    _log.warning("etcd watch stream cannot recover yet: %s", exc)
                 self._failing = True
             else:
                 if self._failing:
-                    _log.info("coord: etcd watch stream recovered")
+                    _log.info("etcd watch stream recovered")
                 self._failing = False
             await anyio.sleep(_BACKOFF[min(attempt, len(_BACKOFF) - 1)])
             attempt += 1

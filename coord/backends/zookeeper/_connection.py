@@ -188,7 +188,7 @@ class Connection:
                 raise translate(exc, "connect", closed=False, ended=False) from exc
         self.client, self.timeout, self.ended, self.leased = client, session_timeout, False, False
         self.session_id, self.password = client.session_id, client.password
-        log.debug("coord: ZooKeeper session %#x (timeout %gs)", self.session_id, session_timeout)
+        log.debug("ZooKeeper session %#x (timeout %gs)", self.session_id, session_timeout)
 
     async def _run(self, client: WireClient, *, task_status: TaskStatus[None]) -> None:
         # Shielded: the client (and its tasks) must outlive a cancellation of the
@@ -210,7 +210,7 @@ class Connection:
                 self._down_since = anyio.current_time()
                 why = client.last_error
                 log.warning(
-                    "coord: connection to ZooKeeper %s lost (%s); retrying",
+                    "connection to ZooKeeper %s lost (%s); retrying",
                     self._url,
                     (str(why) or type(why).__name__) if why is not None else "closed",
                 )
@@ -218,7 +218,7 @@ class Connection:
                 self._down_since = None  # (the session's loss is logged as such)
             elif state is State.CONNECTED and self._down_since is not None:
                 log.info(
-                    "coord: connection to ZooKeeper %s is back after %.1fs (%d failed attempts)",
+                    "connection to ZooKeeper %s is back after %.1fs (%d failed attempts)",
                     self._url,
                     anyio.current_time() - self._down_since,
                     client.dial_failures,

@@ -176,15 +176,14 @@ class SessionPolicy:
         if state is State.CONNECTED:
             if session_id == lease.id:
                 if lease.interrupted:
-                    log.info("coord: ZooKeeper session %#x resumed", lease.id)
+                    log.info("ZooKeeper session %#x resumed", lease.id)
                 lease._resume()
             else:
                 self.lose(lease, "reconnected with a new session: the old one expired")
         elif state is State.SUSPENDED:
             if self.suspended_is_lost and not lease.interrupted:
                 log.warning(
-                    "coord: ZooKeeper session %#x suspended: its holds are void "
-                    "(suspended_is_lost=True)",
+                    "ZooKeeper session %#x suspended: its holds are void (suspended_is_lost=True)",
                     lease.id,
                 )
                 lease._interrupt()

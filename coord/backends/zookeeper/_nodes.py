@@ -145,7 +145,7 @@ class Nodes:
                 except BackendError as exc:
                     if not isinstance(exc.__cause__, kz.UnimplementedError):
                         raise
-                    log.warning("coord: ZooKeeper has no container nodes (before 3.5)")
+                    log.warning("ZooKeeper has no container nodes (before 3.5)")
                     self.containers = False
             await self._conn.call("create parent", lambda c: c.create(path, b"", self._conn.acl))
         except kz.NodeExistsError:

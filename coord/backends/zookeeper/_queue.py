@@ -426,7 +426,7 @@ class Queues:
                 # Registered twice (a retry after a lost reply): keep the first node.
                 found = await self.find(node, waiter_id, session_id)
                 if found is not None and found[0] != name:
-                    log.info("coord: adopted %s/%s, an earlier node of %s", node, found[0], name)
+                    log.info("adopted %s/%s, an earlier node of %s", node, found[0], name)
                     await self.delete_path(f"{node}/{name}")
                     name, stat = found
                     mine = entry_of(prefix + name, value, stat)
@@ -498,7 +498,7 @@ class Queues:
                 # No reply: the node may or may not exist. Curator's protected mode.
                 found = await self.find(node, waiter_id, session_id)
                 if found is not None:
-                    log.info("coord: adopted %s/%s after a lost create reply", node, found[0])
+                    log.info("adopted %s/%s after a lost create reply", node, found[0])
                     return found[0], found[1], None, {}
                 continue
             if stat.ephemeralOwner != session_id:

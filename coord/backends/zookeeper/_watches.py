@@ -64,7 +64,7 @@ class WatchRegistry:
                 try:
                     func()
                 except Exception:  # pragma: no cover - callbacks set flags, start tasks
-                    log.exception("coord: a ZooKeeper watch callback failed")
+                    log.exception("a ZooKeeper watch callback failed")
             await self._called.wait()
 
     # The callbacks handed to the wire client (run in its reader task: they never block).

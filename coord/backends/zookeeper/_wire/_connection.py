@@ -156,7 +156,7 @@ class Connection:
             await task()
         except Exception as exc:  # any failure of a task ends the connection, not the client
             if not isinstance(exc, _EXPECTED):
-                log.exception("coord: ZooKeeper connection failed")
+                log.exception("ZooKeeper connection failed")
             self.drop(exc)
 
     async def _write(self) -> None:

@@ -118,7 +118,7 @@ class Dialer:
     def _failed(self, host: str, port: int, error: BaseException) -> None:
         self.failure = error
         self.failures += 1
-        log.debug("coord: connecting to ZooKeeper %s:%s failed: %r", host, port, error)
+        log.debug("connecting to ZooKeeper %s:%s failed: %r", host, port, error)
 
 
 async def _judged(opened: Opened, accept: Callable[[Any], bool]) -> bool:

@@ -59,7 +59,7 @@ class Reply:
             try:
                 self.on_settled(value, error)
             except Exception:
-                log.exception("coord: a ZooKeeper reply callback failed")
+                log.exception("a ZooKeeper reply callback failed")
 
     @property
     def settled(self) -> bool:

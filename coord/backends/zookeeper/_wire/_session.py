@@ -182,7 +182,7 @@ class Session:
             try:
                 listener(state)
             except Exception:
-                log.exception("coord: a ZooKeeper state listener failed (%s)", state)
+                log.exception("a ZooKeeper state listener failed (%s)", state)
 
     def end(self, state: State, error: Callable[[], BaseException], keeper_state: str) -> None:
         """End the session for good (LOST or CLOSED): fire every watch, fail every
@@ -199,7 +199,7 @@ class Session:
         self.watches.fire_all(keeper_state)
 
     def _lose(self, why: str, error: type[BaseException] = kz.SessionExpiredError) -> None:
-        log.warning("coord: ZooKeeper session %#x lost: %s", self.session_id, why)
+        log.warning("ZooKeeper session %#x lost: %s", self.session_id, why)
         self.end(State.LOST, lambda: error(f"the ZooKeeper session is lost: {why}"), _KEEPER[error])
 
     # -- the supervisor ----------------------------------------------------------------------
@@ -219,7 +219,7 @@ class Session:
         except Exception:
             if self._started is not None:
                 raise  # the session never opened: the opener hears why
-            log.exception("coord: the ZooKeeper session supervisor failed")
+            log.exception("the ZooKeeper session supervisor failed")
             self._lose("the client failed (see the log)")
         if self._started is not None and self._ended is not None:
             raise self._ended()

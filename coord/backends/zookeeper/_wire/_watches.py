@@ -175,4 +175,4 @@ def _call(callback: WatchCallback, event: WatchedEvent) -> None:
     try:
         callback(event)
     except Exception:  # one broken callback must not take the connection down
-        log.exception("coord: a ZooKeeper watch callback failed (%r)", event)
+        log.exception("a ZooKeeper watch callback failed (%r)", event)
