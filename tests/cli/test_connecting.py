@@ -123,7 +123,7 @@ def test_a_failed_session_handshake_is_one_line(cli: Coord, half_zookeeper: int)
     assert done.returncode == 1
     assert _one_line(done.stderr).endswith("answered, but no session was opened within 1s")
     verbose = cli.run("-vv", "status", "--url", url, "--connect-timeout", "1")
-    assert f"coord: connecting to ZooKeeper 127.0.0.1:{half_zookeeper} failed" in verbose.stderr
+    assert f"connecting to ZooKeeper 127.0.0.1:{half_zookeeper} failed" in verbose.stderr
 
 
 @pytest.mark.etcd

@@ -144,7 +144,7 @@ async def test_an_outage_shorter_than_the_ttl_logs_two_lines(
     lines = [f"{r.levelname} {r.getMessage()}" for r in caplog.records if r.levelno >= logging.INFO]
     failed = [line for line in lines if "keepalive failed" in line]
     assert len(failed) == 1, lines
-    assert failed[0].startswith(f"WARNING coord: lease {lease:#x}: a keepalive failed ("), lines
+    assert failed[0].startswith(f"WARNING lease {lease:#x}: a keepalive failed ("), lines
     (renewed,) = [line for line in lines if "renewed after" in line]
     count = int(renewed.split("after ")[1].split()[0])
     assert count >= 5, renewed  # attempts folded into the two lines

@@ -94,14 +94,14 @@ async def test_an_outage_is_a_few_lines_with_a_count(
             await client.session.lease.wait_resumed()  # the same session, back
         assert not client.session.lost
         records = list(caplog.records)
-    failed = [r for r in records if r.getMessage().startswith("coord: connecting to ZooKeeper")]
+    failed = [r for r in records if r.getMessage().startswith("connecting to ZooKeeper")]
     assert len(failed) >= 3, [r.getMessage() for r in records]  # it did retry, quietly:
     assert all(r.levelno == logging.DEBUG for r in failed)
     visible = [f"{r.levelname} {r.getMessage()}" for r in records if r.levelno >= logging.INFO]
     assert len(visible) <= 6, visible
     lost = [line for line in visible if "connection to ZooKeeper" in line and "lost" in line]
     assert len(lost) == 1, visible
-    assert lost[0].startswith(f"WARNING coord: connection to ZooKeeper {url} lost (")
+    assert lost[0].startswith(f"WARNING connection to ZooKeeper {url} lost (")
     assert lost[0].endswith("); retrying")
     back = [line for line in visible if "is back after" in line]
     assert len(back) == 1, visible
