@@ -196,7 +196,7 @@ async def main(url: str, endpoint: str, contenders: list[int], seconds: float) -
 def store_endpoint(url: str | None, store: str) -> Iterator[tuple[str, str]]:
     """(coord URL, endpoint); the endpoint is ``host:port``, ``zk:host:port`` for zk."""
     if url:
-        parsed = coord._url.parse_url(url)
+        parsed = coord._core.url.parse_url(url)
         host, port = parsed.hosts[0]
         yield url, f"{'zk:' if parsed.scheme == 'zk' else ''}{host}:{port}"
         return

@@ -41,7 +41,7 @@ import anyio
 from kazoo.client import KazooClient
 
 import coord
-from coord._hold import GUARD_DELAY
+from coord._locks.hold import GUARD_DELAY
 from coord.testing import EtcdServer, ZooKeeperServer, wait_for_waiters
 from coord.testing._metrics import parse_metric
 

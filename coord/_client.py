@@ -9,29 +9,29 @@ from typing import TYPE_CHECKING, Any
 
 from anyio.abc import AsyncResource
 
-from . import _waiters
-from ._background import close_on_exit
-from ._checks import check_bool, check_duration, check_type
-from ._election import Election
-from ._exceptions import ClosedError, ConfigurationError
-from ._extras import needs_extra
-from ._group import Group
-from ._keeper import SessionKeeper, SessionStatistics
-from ._mutex import Mutex
-from ._nosession import NoSessions
-from ._partitioner import Partitioner
-from ._queue import Exhausted, Queue
-from ._rwlock import RWLock
-from ._semaphore import Semaphore
-from ._url import SCHEMES, parse_url
+from ._core.background import close_on_exit
+from ._core.checks import check_bool, check_duration, check_type
+from ._core.exceptions import ClosedError, ConfigurationError
+from ._core.extras import needs_extra
+from ._core.url import SCHEMES, parse_url
+from ._election.election import Election
+from ._jobs.queue import Exhausted, Queue
+from ._locks.mutex import Mutex
+from ._locks.rwlock import RWLock
+from ._locks.semaphore import Semaphore
+from ._membership.group import Group
+from ._membership.partitioner import Partitioner
+from ._sessions import identity as _waiters
+from ._sessions.keeper import SessionKeeper, SessionStatistics
+from ._sessions.readonly import NoSessions
 from .abc import Backend
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
     from types import TracebackType
 
-    from ._session import Session, SessionSource
-    from ._stats import Histogram
+    from ._core.stats import Histogram
+    from ._sessions.session import Session, SessionSource
 
 sniffio: Any
 try:  # not a dependency of anyio >= 4.16; installed wherever trio is (trio needs it)

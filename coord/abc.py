@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import anyio.lowlevel
 from anyio.abc import AsyncResource
 
-from ._exceptions import EntryGoneError
+from ._core.exceptions import EntryGoneError
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Sequence
@@ -319,7 +319,7 @@ class Backend(AsyncResource):
         again after its registration answered is a caller's error. The entry's key is
         ``prefix`` and then the waiter id, which a backend may precede with an order number
         or follow with a suffix that starts with ``-`` or ``:``
-        (:func:`coord._keys.waiter_id_of` reads it back; a store may rename an entry
+        (:func:`coord._core.keys.waiter_id_of` reads it back; a store may rename an entry
         that way, never change its waiter id). With
         ``ahead=0`` nothing but my entry is read (no listing of the queue).
 

@@ -43,8 +43,8 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from ._extras import missing_extra
-from ._stats import TIME_BUCKETS
+from ._core.extras import missing_extra
+from ._core.stats import TIME_BUCKETS
 
 try:
     from opentelemetry import metrics, trace
@@ -177,7 +177,7 @@ class Telemetry:
 
 
 class _ClientObserver:
-    """Records one client's acquires and releases (a :class:`coord._stats.Observer`)."""
+    """Records one client's acquires and releases (a :class:`coord._core.stats.Observer`)."""
 
     def __init__(self, telemetry: Telemetry, attributes: dict[str, AttributeValue]) -> None:
         self._telemetry = telemetry

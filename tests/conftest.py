@@ -50,9 +50,9 @@ def guard_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     For tests that count server messages over a window: with the default delay a guard
     armed by a waiter registered a second earlier could land in the window (on a slow
     machine), and the count would depend on timing."""
-    import coord._hold
+    import coord._locks.hold
 
-    monkeypatch.setattr(coord._hold, "GUARD_DELAY", 0.0)
+    monkeypatch.setattr(coord._locks.hold, "GUARD_DELAY", 0.0)
 
 
 #: What ``pytest -m "not slow"`` (the quick loop) leaves out, relative to tests/: the

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-import coord._url
+import coord._core.url
 
 COMPOSE = Path(__file__).parent.parent / "compose"
 
@@ -65,6 +65,6 @@ def test_the_urls_in_the_readme_are_the_published_ports() -> None:
     urls = set(re.findall(r"(?:etcd|zk)://[0-9.:,]+/\w+", text))
     assert len(urls) == 2, urls
     for url in urls:
-        parsed = coord._url.parse_url(url)
+        parsed = coord._core.url.parse_url(url)
         assert len(parsed.hosts) == 3
         assert {port for _, port in parsed.hosts} <= published

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from .._exceptions import BackendError
+from .._core.exceptions import BackendError
 from ..abc import Lease
 
 if TYPE_CHECKING:

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from .._exceptions import SessionExpiredError
-from .._keys import WAITER_MARK
+from .._core.exceptions import SessionExpiredError
+from .._core.keys import WAITER_MARK
 from ..abc import Change, ChangeKind, Check, Create, Entry, Position, Put, Update
 
 if TYPE_CHECKING:

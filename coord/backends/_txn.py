@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .. import _keys
-from .._exceptions import ConfigurationError
+from .._core import keys as _keys
+from .._core.exceptions import ConfigurationError
 from ..abc import Check, Create, Put, Remove, Update
 
 if TYPE_CHECKING:

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING
 import anyio
 from anyio.lowlevel import checkpoint
 
-from .. import _keys
-from .._background import BackgroundTasks
-from .._exceptions import (
+from .._core import keys as _keys
+from .._core.background import BackgroundTasks
+from .._core.exceptions import (
     BackendUnavailable,
     ClosedError,
     ConfigurationError,
@@ -54,7 +54,7 @@ from ._txn import check_key, check_ops, check_request, check_value, estimate
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 
-    from .._url import ParsedURL
+    from .._core.url import ParsedURL
     from ..abc import Op
 
 __all__ = ["MemoryBackend", "MemoryStore"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
-from .._extras import missing_extra, needs_extra
+from .._core.extras import missing_extra, needs_extra
 
 if TYPE_CHECKING:
     import click

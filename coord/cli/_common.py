@@ -13,12 +13,12 @@ import anyio
 import click
 
 import coord
-from coord._keys import check_name
+from coord._core.keys import check_name
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
-    from coord._locking import TaskLock
+    from coord._locks.task_lock import TaskLock
 
 __all__ = [
     "FAILURE",

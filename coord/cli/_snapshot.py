@@ -15,19 +15,20 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from coord import _jobs, _keys
-from coord._group import Member
-from coord._keys import WAITER_MARK, fence_of, waiter_id_of
-from coord._leader import CANDIDATE, candidate_value
-from coord._owning import newest_record, records_of
-from coord._partition import lock_name
-from coord._waiters import parse_identity
+from coord._core import keys as _keys
+from coord._core.keys import WAITER_MARK, fence_of, waiter_id_of
+from coord._election.leader import CANDIDATE, candidate_value
+from coord._jobs import records as _jobs
+from coord._membership.group import Member
+from coord._membership.member import newest_record, records_of
+from coord._membership.partition import lock_name
+from coord._sessions.identity import parse_identity
 
 from ._common import identity_in
 
 if TYPE_CHECKING:
     import coord
-    from coord._locking import TaskLock
+    from coord._locks.task_lock import TaskLock
     from coord.abc import Entry
 
 __all__ = ["SCHEMA_VERSION", "Snapshot", "read"]

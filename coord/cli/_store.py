@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 import coord
-from coord._url import parse_url
+from coord._core.url import parse_url
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from coord._waiters import parse_identity
+from coord._sessions.identity import parse_identity
 
 from ._common import (
     FAILURE,

@@ -23,7 +23,7 @@ from ._store import Store, store_options
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from coord._locking import TaskLock
+    from coord._locks.task_lock import TaskLock
 
 __all__ = ["GRACE", "WrapsCommand", "lock", "lost_how", "run_holding", "who_holds"]
 

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from coord import _jobs
-from coord._waiters import parse_identity
+from coord._jobs import records as _jobs
+from coord._sessions.identity import parse_identity
 
 from ._common import NAME, count, identity_in, run, show_identity
 from ._store import OneLineUsageError, Store, read_options, store_options

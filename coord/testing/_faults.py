@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .. import _keys
-from .._exceptions import ResyncNeeded
+from .._core import keys as _keys
+from .._core.exceptions import ResyncNeeded
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable

@@ -12,7 +12,7 @@ import anyio.lowlevel
 import pytest
 
 import coord
-from coord._keys import new_waiter_id, new_waiter_id_of, waiter_id_of
+from coord._core.keys import new_waiter_id, new_waiter_id_of, waiter_id_of
 from coord.abc import Backend, ChangeKind, Create, Lease, Position
 from coord.testing import compact, drop_key, expire_session
 

@@ -15,7 +15,7 @@ import anyio.lowlevel
 import pytest
 
 import coord
-from coord._keys import FENCE_SHIFT
+from coord._core.keys import FENCE_SHIFT
 from coord.testing import drop_key, expire_session, server_wakeups, wait_for_waiters
 
 from ._local import queue_locally

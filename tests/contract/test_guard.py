@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 import coord
-import coord._hold
+import coord._locks.hold
 from coord.testing import drop_key
 from coord.testing.pytest_plugin import fresh_namespace
 
@@ -94,15 +94,15 @@ async def test_a_key_deleted_under_a_hold_cancels_the_body_within_the_guard_dela
     a, b, _, _ = clients
     for early in (True, False):
         started = anyio.current_time()
-        with anyio.fail_after(coord._hold.GUARD_DELAY + 3), pytest.raises(coord.LockLost):
+        with anyio.fail_after(coord._locks.hold.GUARD_DELAY + 3), pytest.raises(coord.LockLost):
             async with a.mutex(f"gone-{early}") as hold:
                 if not early:
-                    await anyio.sleep(coord._hold.GUARD_DELAY + 0.3)  # armed by now
+                    await anyio.sleep(coord._locks.hold.GUARD_DELAY + 0.3)  # armed by now
                 dropped = anyio.current_time()
                 await drop_key(b, hold.key)
                 await anyio.sleep(30)
         assert hold.lost
-        late = anyio.current_time() - max(dropped, started + coord._hold.GUARD_DELAY)
+        late = anyio.current_time() - max(dropped, started + coord._locks.hold.GUARD_DELAY)
         assert late < 1.5, f"noticed {late:.2f} s after it could have been"
 
 
@@ -113,7 +113,7 @@ async def test_a_hold_released_before_its_guard_is_due_arms_none(
     has passed. Pins a guarantee."""
     a = clients[0]
     guards = Guards(a.backend, monkeypatch)
-    monkeypatch.setattr(coord._hold, "GUARD_DELAY", 0.3)
+    monkeypatch.setattr(coord._locks.hold, "GUARD_DELAY", 0.3)
     for i in range(5):
         async with a.mutex(f"brief-{i}"):
             pass
@@ -130,7 +130,7 @@ async def test_a_recheck_racing_the_release_leaves_no_guard(
     server watch for as long as the key lives). Pins a guarantee."""
     a = clients[0]
     guards = Guards(a.backend, monkeypatch)
-    monkeypatch.setattr(coord._hold, "GUARD_DELAY", 0.0)
+    monkeypatch.setattr(coord._locks.hold, "GUARD_DELAY", 0.0)
     for delay in (0.0, 0.001, 0.005, 0.02):
         mutex = a.mutex(f"race-{delay}")
         hold = await mutex.acquire()
@@ -152,7 +152,7 @@ async def test_closing_a_session_with_guards_armed(coord_url: str) -> None:
     async with coord.connect(coord_url, ttl=5) as other:
         async with coord.connect(coord_url, ttl=5) as client:
             client_hold = [await client.mutex(f"closing-{i}").acquire() for i in range(20)]
-            await anyio.sleep(coord._hold.GUARD_DELAY + 0.5)
+            await anyio.sleep(coord._locks.hold.GUARD_DELAY + 0.5)
             await drop_key(other, client_hold[0].key)  # one fires before the close
             await anyio.sleep(0.01)
         assert all(hold.lost for hold in client_hold)

@@ -9,6 +9,7 @@ import anyio.lowlevel
 import pytest
 
 import coord
+import coord._locks.hold
 from coord.testing import (
     drop_key,
     expire_session,
@@ -645,7 +646,7 @@ async def test_brief_holds_arm_no_guard_watch(
     cancel), not also a guard watch created, fired by the holder's own delete, cancelled.
     (The delay is raised so that a slow machine cannot arm one; the key-deleted tests
     check that the guard still comes.)"""
-    monkeypatch.setattr(coord._hold, "GUARD_DELAY", 60.0)
+    monkeypatch.setattr(coord._locks.hold, "GUARD_DELAY", 60.0)
     a, b, _, _ = clients
     holder = a.mutex("brief")
     await holder.acquire()

@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 import coord
-from coord._keys import internal_name
+from coord._core.keys import internal_name
 from coord.testing import drop_key, expire_session
 
 from ._recorder import Recorder
@@ -474,7 +474,7 @@ async def test_a_leave_wakes_each_member_once(
     membership and each remaining member once for the new record (the leaver's successor
     also wakes once, for the member ahead of it: not counted here). If every member
     followed the membership too, each would wake twice."""
-    from coord import _owning
+    from coord._membership import member as _owning
 
     wakes: list[str] = []
     follow_changes = _owning._next_change

@@ -92,7 +92,7 @@ async def test_session_counters_follow_a_lost_session(clients: list[coord.Client
 
 
 def test_histogram_buckets_and_quantiles() -> None:
-    from coord._stats import TIME_BUCKETS, _Recorder
+    from coord._core.stats import TIME_BUCKETS, _Recorder
 
     recorder = _Recorder()
     for seconds in (0.0005, 0.001, 0.002, 0.7, 1000.0):

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 import coord
-from coord._jobs import decode
+from coord._jobs.records import decode
 from coord.testing import wait_for_no_waiters
 
 from . import _checks

@@ -42,7 +42,7 @@ import anyio
 import anyio.abc
 
 import coord
-from coord import _keys
+from coord._core import keys as _keys
 
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager

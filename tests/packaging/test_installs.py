@@ -23,7 +23,7 @@ _NEEDS = {
     "coord.backends.etcd": "etcd",
     "coord.backends.zookeeper": "zookeeper",
     "coord.kafka": "kafka",
-    "coord._kafka_log": "kafka",  # coord.kafka's own (aiokafka's log records)
+    "coord.kafka._log": "kafka",  # coord.kafka's own (aiokafka's log records)
     "coord.otel": "otel",
     "coord.cli": "cli",
     "coord.testing.pytest_plugin": "pytest",  # loaded by pytest only (entry point pytest11)

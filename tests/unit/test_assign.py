@@ -10,7 +10,13 @@ import random
 import pytest
 
 from coord import ConfigurationError
-from coord._assign import MAX_PARTITIONS, Record, assign, check_partitions, partition_of
+from coord._membership.assignment import (
+    MAX_PARTITIONS,
+    Record,
+    assign,
+    check_partitions,
+    partition_of,
+)
 from tests.faults._partition_checks import need
 
 

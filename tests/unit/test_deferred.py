@@ -9,8 +9,8 @@ import anyio
 import pytest
 from trio.testing import MockClock
 
-from coord._deferred import _SLACK, Deferred
-from coord._exceptions import ClosedError
+from coord._core.deferred import _SLACK, Deferred
+from coord._core.exceptions import ClosedError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine

@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 import coord
-from coord import _jobs
+from coord._jobs import records as _jobs
 from coord.abc import Update
 from coord.testing.pytest_plugin import fresh_namespace
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import coord
-from coord._keys import check_name, internal_name
+from coord._core.keys import check_name, internal_name
 
 if TYPE_CHECKING:
     from collections.abc import Callable

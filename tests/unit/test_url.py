@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 import coord
-from coord._url import parse_url
+from coord._core.url import parse_url
 
 
 def test_etcd_url_with_several_hosts_and_namespace() -> None:

@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from aetcd import rpc
 
-from ... import _keys
-from ..._background import BackgroundTasks
-from ..._checks import check_bool, check_duration
-from ..._exceptions import ConfigurationError, EntryGoneError
-from ..._keys import WAITER_MARK
-from ..._url import format_url
+from ..._core import keys as _keys
+from ..._core.background import BackgroundTasks
+from ..._core.checks import check_bool, check_duration
+from ..._core.exceptions import ConfigurationError, EntryGoneError
+from ..._core.keys import WAITER_MARK
+from ..._core.url import format_url
 from ...abc import Backend, Change, Check, Create, Entry, Lease, Listing, Position, Put, Update
 from .._probe import GRPC, first_contact
 from .._txn import check_key, check_ops, check_request, check_value
@@ -65,7 +65,7 @@ from ._watch import Guard, HandOver, WatchCompacted, WatchStream
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 
-    from ..._url import ParsedURL
+    from ..._core.url import ParsedURL
     from ...abc import Op
 
 __all__ = ["EtcdBackend", "WatchCompacted"]
@@ -633,7 +633,7 @@ class EtcdBackend(Backend):
         await self._conn.call("compact", lambda c: c.kv.Compact, request)
 
     async def _fault_wakeups(self) -> int:
-        from ...testing._metrics import watch_messages_sent
+        from ._metrics import watch_messages_sent
 
         return await watch_messages_sent(self._conn.endpoint)
 

@@ -27,8 +27,8 @@ import anyio
 import grpc
 from aetcd import rpc
 
-from ..._checks import check_type
-from ..._exceptions import (
+from ..._core.checks import check_type
+from ..._core.exceptions import (
     BackendError,
     BackendUnavailable,
     ClosedError,

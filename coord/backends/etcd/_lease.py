@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from aetcd import rpc
 
-from ..._exceptions import BackendUnavailable, SessionExpiredError
+from ..._core.exceptions import BackendUnavailable, SessionExpiredError
 from .._keepalive import KeptAliveLease
 from ._connection import finish, stream_read, stream_write, translate
 from ._http2 import RpcError

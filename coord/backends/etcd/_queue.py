@@ -83,15 +83,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from aetcd import rpc
 
-from ..._exceptions import EntryGoneError
-from ..._keys import ORDER_DIGITS, WAITER_MARK, split_order, waiter_id_of
+from ..._core.exceptions import EntryGoneError
+from ..._core.keys import ORDER_DIGITS, WAITER_MARK, split_order, waiter_id_of
 from ...abc import Entry, Position
 from ._kv import _DESCEND, _EQUAL, _VALUE, range_end
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from ..._background import BackgroundTasks
+    from ..._core.background import BackgroundTasks
     from ._connection import Connection
 
 __all__ = ["Queues", "fence_revision", "order_of"]

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from aetcd import rpc
 
-from ..._exceptions import BackendError, BackendUnavailable, ClosedError, ConfigurationError
+from ..._core.exceptions import BackendError, BackendUnavailable, ClosedError, ConfigurationError
 from ...abc import Entry, Position
 from ._kv import _CREATE, _EQUAL, _LEASE, _MOD, _VALUE, _VERSION
 from ._queue import (

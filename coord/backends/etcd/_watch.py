@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from aetcd import rpc
 
-from ..._exceptions import BackendError, BackendUnavailable, ResyncNeeded
+from ..._core.exceptions import BackendError, BackendUnavailable, ResyncNeeded
 from ._connection import AuthTokenExpired, finish, stream_read
 from ._http2 import RpcError
 

@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ... import _keys
-from ..._background import BackgroundTasks
-from ..._exceptions import ClosedError, ConfigurationError, SessionExpiredError
-from ..._session import check_ttl
-from ..._url import format_url
+from ..._core import keys as _keys
+from ..._core.background import BackgroundTasks
+from ..._core.checks import check_ttl
+from ..._core.exceptions import ClosedError, ConfigurationError, SessionExpiredError
+from ..._core.url import format_url
 from ...abc import Backend, Change, Entry, Lease, Listing, Position
 from .._txn import check_ops, check_value
 from ._changes import ChildChanges
@@ -31,7 +31,7 @@ from ._wire import State
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 
-    from ..._url import ParsedURL
+    from ..._core.url import ParsedURL
     from ...abc import Op
     from ._wire import WireClient
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from kazoo import exceptions as kz
 
-from ..._exceptions import ResyncNeeded
+from ..._core.exceptions import ResyncNeeded
 from ...abc import Change, ChangeKind, Entry
 from ._paths import is_sharded, parse_waiter, shard_index
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from kazoo import exceptions as kz
 
-from ..._exceptions import (
+from ..._core.exceptions import (
     BackendError,
     BackendUnavailable,
     ClosedError,
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
     from anyio.abc import TaskStatus
 
-    from ..._background import BackgroundTasks
+    from ..._core.background import BackgroundTasks
 
 __all__ = ["Connection"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from kazoo import exceptions as kz
 
-from ..._exceptions import (
+from ..._core.exceptions import (
     BackendError,
     BackendUnavailable,
     ClosedError,

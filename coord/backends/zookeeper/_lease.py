@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ..._exceptions import SessionExpiredError
+from ..._core.exceptions import SessionExpiredError
 from .._keepalive import KeptAliveLease
 from ._wire import State
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from kazoo import exceptions as kz
 
-from ..._exceptions import BackendError, SessionExpiredError
+from ..._core.exceptions import BackendError, SessionExpiredError
 from ...abc import Check, Create, Entry, Put, Update
 from ._queue import committing, entry_of
 from ._wire import check_op, create_op, delete_op, set_data_op

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from kazoo import exceptions as kz
 
-from ..._exceptions import BackendError, BackendUnavailable
+from ..._core.exceptions import BackendError, BackendUnavailable
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

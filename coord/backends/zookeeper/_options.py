@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 from kazoo.security import ACL, CREATOR_ALL_ACL, OPEN_ACL_UNSAFE
 
-from ..._checks import check_bool, check_duration
-from ..._exceptions import ConfigurationError
+from ..._core.checks import check_bool, check_duration
+from ..._core.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from ..._url import ParsedURL
+    from ..._core.url import ParsedURL
 
 __all__ = ["ALLOWED", "Options", "check_hosts", "url_options"]
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-from ..._keys import WAITER_MARK
+from ..._core.keys import WAITER_MARK
 from .._txn import check_key
 
 __all__ = [

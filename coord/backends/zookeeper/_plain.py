@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from kazoo import exceptions as kz
 
-from ..._exceptions import BackendUnavailable
+from ..._core.exceptions import BackendUnavailable
 from ._queue import entry_of
 
 if TYPE_CHECKING:

@@ -43,7 +43,12 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from kazoo import exceptions as kz
 
-from ..._exceptions import BackendError, BackendUnavailable, EntryGoneError, SessionExpiredError
+from ..._core.exceptions import (
+    BackendError,
+    BackendUnavailable,
+    EntryGoneError,
+    SessionExpiredError,
+)
 from ...abc import Entry, Listing, Position
 from ._errors import ANSWERS
 from ._paths import (

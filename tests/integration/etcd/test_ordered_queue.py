@@ -18,7 +18,7 @@ import pytest
 from aetcd import rpc
 
 import coord
-from coord._url import parse_url
+from coord._core.url import parse_url
 from coord.abc import Create, Entry
 from coord.backends.etcd import EtcdBackend, _register
 from coord.backends.etcd._connection import Answer

@@ -1,0 +1,270 @@
+"""Election: leader election for worker pools — campaign, proclaim, observe, run.
+
+Candidates queue exactly like mutex waiters (:mod:`coord._locks.wait_queue`): each registers a key
+holding its value, bound to its session, and waits for its predecessor only; the head of
+the queue leads. So candidates lead in registration order, the leader's fence is its key's
+creation revision (strictly increasing from term to term), and a leader whose session is
+lost, whose key is deleted or whose lease deadline passes is cancelled and gets
+:exc:`coord.LeadershipLost` — where etcd's ``Campaign`` could report leadership while
+holding no key (etcd #19597) and kazoo's ``Election.run`` never interrupts the leader.
+
+Who leads, as read by ``leader`` and ``observe``, is in :mod:`coord._election.leader`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from functools import partial
+from typing import TYPE_CHECKING, NoReturn
+
+import anyio
+
+from .._core import keys as _keys
+from .._core import retry as _retry
+from .._core.checks import check_size, check_supervisor
+from .._core.exceptions import BackendError, BackendUnavailable, LeadershipLost, SessionExpiredError
+from .._core.keys import fence_of
+from .._locks.hold import Hold
+from .._locks.task_lock import TaskLock
+from .leader import (
+    Leader,
+    Observer,
+    candidate_record,
+    candidate_room,
+    candidate_value,
+    proclaim_room,
+    proclaimed,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable
+
+    from .._sessions.session import SessionSource
+
+__all__ = ["Campaign", "Election", "Term"]
+
+_log = logging.getLogger("coord")
+
+
+class Term(Hold):
+    """One term of leadership: returned by ``async with election.campaign(value)``.
+
+    :ivar fence: strictly increasing from term to term; send it with every write made as
+        leader, so that a deposed leader's late writes can be refused
+    """
+
+    _lost_error = LeadershipLost
+
+    def __repr__(self) -> str:
+        state = "lost" if self.lost else "ended" if self.released else "leading"
+        return f"<coord.Term {self.name!r} fence={self.fence} {state}>"
+
+    @property
+    def value(self) -> bytes:
+        """The leader's current value (as campaigned, or last proclaimed)."""
+        return candidate_value(self._entry.value)
+
+    async def proclaim(self, value: bytes) -> None:
+        """Change the leader's value, only while still leading.
+
+        A checkpoint. The write is guarded: it succeeds only if my key is still the one
+        that won (same creation revision) and unchanged since my last write. Repeated
+        while the store is unreachable and the term lasts. If cancelled, the new value
+        may or may not have been written.
+
+        :raises LeadershipLost: if the term is over (the key is gone, the session lost)
+        :raises TypeError: if *value* is not bytes
+        :raises ConfigurationError: if *value* is larger than the store takes
+            (``backend.max_value_size``): nothing is sent, the term goes on
+        """
+        session = self._session
+        backend = session.backend
+        room = proclaim_room(self._entry.value, backend.max_value_size)
+        record = proclaimed(self._entry.value, check_size(value, room, "a leader's value"))
+        for attempt in _retry.attempts():
+            if self.released:
+                raise LeadershipLost(f"{self.name!r}: the term (fence {self.fence}) has ended")
+            if self.lost:
+                raise LeadershipLost(f"{self.name!r}: not leading any more: {self._why()}")
+            try:
+                entry = await backend.compare_and_set(
+                    self.key, record, version=self._entry.version, lease=session.lease
+                )
+            except BackendUnavailable:
+                entry = None
+            except SessionExpiredError as exc:  # (ZooKeeper: the session ended under it)
+                raise LeadershipLost(f"{self.name!r}: the session was lost") from exc
+            if entry is not None and fence_of(entry.revision) == self.fence and not self.lost:
+                self._entry = entry
+                return
+            # Refused, or no answer: read what the key holds now.
+            try:
+                current = await session.retry(partial(backend.get, self.key))
+            except SessionExpiredError as exc:
+                raise LeadershipLost(f"{self.name!r}: the session was lost") from exc
+            except BackendError:
+                current = self._entry  # try again (the loop ends if the term does)
+            if current is None or fence_of(current.revision) != self.fence:
+                self._key_gone()  # the body is cancelled, the block raises LeadershipLost
+                raise LeadershipLost(f"{self.name!r}: not leading any more: {self._why()}")
+            if current.value == record and current.version != self._entry.version:
+                self._entry = current  # the write whose reply was lost did land
+                return
+            self._entry = replace(self._entry, version=current.version)
+            await _retry.backoff(attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+class Campaign(TaskLock):
+    """One candidacy in an election: what :meth:`Election.campaign` returns.
+
+    Use it with ``async with election.campaign(value) as term:``: entering waits until
+    this client leads and gives the :class:`coord.Term`; the body runs only while it
+    leads; leaving resigns. Made anew for each campaign; one task at a time uses it.
+    """
+
+    _what = "election"
+    _hold_type = Term
+
+    def __init__(self, source: SessionSource, name: str, value: bytes) -> None:
+        super().__init__(source, name)
+        self._campaign_value = value
+
+    def __repr__(self) -> str:
+        return f"<coord.Election.campaign {self._name!r} value={self._campaign_value!r}>"
+
+    def _value(self) -> bytes:
+        # Made anew at each registration (its time), as a lock's.
+        return candidate_record(self._source.identity, self._campaign_value)
+
+    async def __aenter__(self) -> Term:
+        term = await super().__aenter__()
+        assert isinstance(term, Term)
+        return term
+
+
+class Election:
+    """Leader election among the clients that campaign under one name.
+
+    Example::
+
+        election = client.election("workers/leader")
+        async with election.campaign(b"host-1") as term:
+            await lead(fence=term.fence)   # cancelled if leadership is lost
+
+        await election.run(lead, b"host-1")   # campaign forever
+
+    :param session: where the candidate keys' lease comes from
+    :param name: slash-separated name
+    """
+
+    def __init__(self, session: SessionSource, name: str) -> None:
+        self._source = session
+        self._name = _keys.check_name(name)
+        self._prefix = _keys.prefix_of(name)
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def __repr__(self) -> str:
+        return f"<coord.Election {self._name!r}>"
+
+    def campaign(self, value: bytes) -> Campaign:
+        """Campaign with *value*: ``async with election.campaign(value) as term:``.
+
+        Entering waits (a checkpoint) until this client leads — candidates lead in the
+        order they registered — and returns the :class:`Term`; it leads only once its own
+        key is confirmed to exist at the head of the queue. The body runs only while
+        leading: on a session loss, the key's deletion or the lease deadline passing it
+        is cancelled and the block raises :exc:`coord.LeadershipLost`. Leaving resigns:
+        the key is deleted (guarded by the fence, in a task of the session, retried).
+
+        A cancelled or failed campaign leaves no key. A task campaigns once at a time in
+        one election (asking again raises :exc:`coord.LockedError`).
+
+        :raises TypeError: if *value* is not bytes (at the call)
+        :raises ConfigurationError: if *value* is larger than the store takes
+            (``backend.max_value_size``), at the call
+        """
+        return Campaign(self._source, self._name, self._check_value(value))
+
+    @property
+    def max_value_size(self) -> int:
+        """The largest value :meth:`campaign` and :meth:`Term.proclaim` take on this
+        store, in bytes: the store's value limit less the candidate's record beside it
+        (who campaigns, and when: about a hundred bytes)."""
+        return candidate_room(self._source.identity, self._source.backend.max_value_size)
+
+    def _check_value(self, value: object) -> bytes:
+        return check_size(value, self.max_value_size, "a leader's value")
+
+    async def leader(self) -> Leader | None:
+        """The current leader, or None if nobody leads. A checkpoint; one read.
+
+        :raises BackendUnavailable: if the store cannot be reached
+        """
+        listing = await self._source.read(lambda b: b.entries(self._prefix, limit=1))
+        return Leader._of(listing.entries[0]) if listing.entries else None
+
+    def observe(self) -> AsyncIterator[Leader | None]:
+        """Follow the leader: ``async for leader in election.observe():``.
+
+        Yields the current leader first (None when nobody leads), then every change:
+        a new leader, a proclaimed value, no leader. Level-triggered and de-duplicated:
+        each value yielded was read from the store, never a state already yielded.
+        Survives store outages, restarts, lost watch history and new sessions (it reads
+        again and carries on), and never ends on its own otherwise. Needs no session of
+        its own (a client opened with ``sessions=False`` observes until it is closed).
+        Each step is a checkpoint.
+
+        :raises ClosedError: when the client closes, also while waiting for a change
+        :raises SessionExpiredError: with ``renew=False``, as soon as the client's
+            session is lost (none will follow it), on every store alike, also while
+            waiting for a change: ZooKeeper can read nothing once its session is over,
+            and a client that opens no other is done
+        """
+        return Observer(self._source, self._prefix)
+
+    async def run(
+        self,
+        fn: Callable[[Term], Awaitable[object]],
+        value: bytes,
+        *,
+        cooldown: float = 1.0,
+    ) -> NoReturn:
+        """Campaign, run ``fn(term)`` while leading, and campaign again, until cancelled.
+
+        After a loss (``fn`` is cancelled, :exc:`coord.LeadershipLost` is logged) or
+        after ``fn`` returns (resigning), wait *cooldown* seconds before campaigning
+        again, so that a node that steps down does not win again at once. The default,
+        a second, also keeps a leader whose ``fn`` returns at once (nothing to do yet, a
+        failed precondition) from campaigning in a tight loop, each term writing to the
+        store and logging two lines. 0 campaigns again at once. Logs one
+        "leading" line when a term starts and one "stopped leading" line when it ends,
+        always in pairs. An exception from *fn* resigns and propagates.
+
+        :raises TypeError: if *fn* is not callable, *value* not bytes or *cooldown* not a
+            number (at the call)
+        :raises ConfigurationError: for a *cooldown* below 0 or not finite, or a *value*
+            larger than the store takes (at the call)
+        """
+        value = self._check_value(value)
+        cooldown = check_supervisor(fn, cooldown)
+        while True:
+            term: Term | None = None
+            try:
+                async with self.campaign(value) as term:
+                    _log.info("%s: leading (term %d)", self._name, term.fence)
+                    try:
+                        await fn(term)
+                    finally:
+                        _log.info("%s: stopped leading (term %d)", self._name, term.fence)
+            except LeadershipLost as exc:
+                if term is not None and term.lost:
+                    # The release logged the loss (its fence and why) as a WARNING.
+                    _log.info("%s: campaigning again after the loss", self._name)
+                else:  # fn ended the term itself (e.g. a fenced Kafka producer)
+                    _log.warning("%s: %s; campaigning again", self._name, exc)
+            await anyio.sleep(cooldown)

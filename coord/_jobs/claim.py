@@ -1,0 +1,161 @@
+"""Claiming a queued job: who looks, what is claimable, and the claim itself.
+
+* **One looker at a time.** Idle workers queue on a mutex (``<name>/_turn``); only its
+  holder reads the queue and, if nothing is claimable, watches it. So a put or an ack
+  wakes one idle worker, not all of them; when the looker claims a job it releases the
+  turn, and the next idle worker (already watching its predecessor) looks.
+* **Claimable** = the oldest job that is not claimed by a live claim, not parked, not
+  backing off, and (if it has a key) the oldest job of its key: later jobs of a key wait
+  until the earlier one is acked or dead-lettered.
+* **The claim** is one transaction: the job's header is updated to name a new claim
+  (guarded by the job's version, as read) and the claim entry is created on the worker's
+  lease. A job's version changes with every claim, so two workers can never both claim
+  it; the claim entry dies with the worker's session, which makes the job claimable
+  again. The job's fence comes from the claim's creation revision (``fence_of``).
+* Reads are in that order — jobs, then claims — so that a claim made after the jobs
+  were read fails the guard, and one that ended after the claims were read is seen by
+  the watch started from that read.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import TYPE_CHECKING
+
+import anyio
+
+from .._core import retry as _retry
+from .._core.exceptions import BackendError, BackendUnavailable, ClaimLost, ResyncNeeded
+from .._locks.hold import Hold
+from ..abc import ChangeKind, Create, Entry, Position, Update
+from . import records as _jobs
+from .endings import release_soon
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Sequence
+
+    from .._sessions.session import Session
+    from ..abc import Backend, Listing, Op
+
+__all__ = ["ClaimHold", "Pick", "choose", "claim", "wait_for_change"]
+
+
+class ClaimHold(Hold):
+    """The hold of a claim on a job: lost like a lock, raising ClaimLost."""
+
+    _lost_error = ClaimLost
+
+
+class Pick:
+    """What :func:`choose` found: a job to claim, or when to look again."""
+
+    def __init__(self) -> None:
+        self.entry: Entry | None = None
+        self.state: _jobs.State | None = None
+        self.payload = b""
+        self.wake_at: float | None = None
+
+
+def choose(jobs: Sequence[Entry], live_claims: set[str], now: float) -> Pick:
+    """The oldest claimable job among *jobs* (oldest first), given the ids of the claims
+    that exist."""
+    pick = Pick()
+    blocked: set[str] = set()
+    for entry in jobs:
+        state, payload = _jobs.decode(entry)
+        if state.key is not None:
+            if state.key in blocked:
+                continue  # not the oldest outstanding job of its key
+            blocked.add(state.key)
+        if state.parked:
+            continue
+        if state.claim is not None and state.claim in live_claims:
+            continue
+        elif state.not_before > now:
+            pick.wake_at = min(pick.wake_at or state.not_before, state.not_before)
+        else:
+            pick.entry, pick.state, pick.payload = entry, state, payload
+            return pick
+    return pick
+
+
+async def claim(
+    session: Session, name: str, claims: str, pick: Pick, identity: dict[str, object]
+) -> tuple[ClaimHold, Entry] | None:
+    """Claim the job *pick* names, on *session*: ``(hold, updated job entry)``, or None
+    if it could not be had (someone else claimed it, or the outcome was unknown: then
+    whatever claim was made is deleted and the job can be claimed again)."""
+    assert pick.entry is not None
+    assert pick.state is not None
+    backend = session.backend
+    lease = session.check()
+    claim_id = f"@c{uuid.uuid4().hex}"
+    value = json.dumps({**identity, "job": pick.state.id}, separators=(",", ":"))
+    header = pick.state.with_(claim=claim_id[2:])  # as id_of() reads it from the key
+    ops: list[Op] = [
+        Update(pick.entry, _jobs.encode(header, pick.payload)),
+        Create(claims, claim_id, value.encode(), lease),
+    ]
+    provisional = Entry(claims + claim_id, lease=lease.id)
+
+    def undo(result: tuple[Entry | None, ...] | None) -> None:
+        # The caller went away: give back what was claimed for it.
+        if result and result[0] and result[1]:
+            release_soon(session, result[0], header, pick.payload, result[1])
+        else:  # refused (nothing to undo), or unknown: delete a claim it may have made
+            session.discard(provisional)
+
+    try:
+        result = await session.settle(lambda: backend.transact(ops), undo=undo)
+    except BackendUnavailable:
+        session.discard(provisional)  # it may have happened: make it not count
+        return None
+    if result is None:
+        return None
+    job, claimed = result
+    assert job is not None
+    assert claimed is not None
+    hold = ClaimHold(
+        f"{name} job {pick.state.id}", session, Position(claimed, (), claimed.revision)
+    )
+    hold._grant()
+    return hold, job
+
+
+async def wait_for_change(
+    backend: Backend, jobs: tuple[str, Listing], claims: tuple[str, Listing], pick: Pick
+) -> None:
+    """Wait until something may have made a job claimable: a job created or deleted, a
+    claim deleted (an unpark creates and deletes one), a backoff over. Returns
+    spuriously after a lost history or an error (the caller reads again)."""
+    jobs_prefix, job_listing = jobs
+    claims_prefix, claim_listing = claims
+    waits: list[Awaitable[None]] = [
+        _first(backend, jobs_prefix, job_listing.revision, deletes_only=False),
+        # Also the passing entry an unpark creates and deletes there.
+        _first(backend, claims_prefix, claim_listing.revision, deletes_only=True),
+    ]
+    if pick.wake_at is not None:
+        waits.append(anyio.sleep(max(pick.wake_at - time.time(), 0.0)))
+    async with anyio.create_task_group() as tg:
+        for wait in waits:
+            tg.start_soon(_then_cancel, wait, tg.cancel_scope)
+
+
+async def _then_cancel(wait: Awaitable[None], scope: anyio.CancelScope) -> None:
+    try:
+        await wait
+    except ResyncNeeded:
+        pass
+    except BackendError:
+        await _retry.backoff(2)  # the caller reads again, which tells what is wrong
+    scope.cancel()
+
+
+async def _first(backend: Backend, prefix: str, revision: int, *, deletes_only: bool) -> None:
+    async with backend.watch(prefix, revision=revision) as changes:
+        async for change in changes:
+            if not deletes_only or change.kind is ChangeKind.DELETE:
+                return

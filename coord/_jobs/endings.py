@@ -1,0 +1,260 @@
+"""How a claim on a queued job ends: ack, retry in place, park, dead-letter, or release.
+
+Each ending is one transaction guarded by the claim (its entry must still exist) and by
+the job's version as claimed, so a worker whose claim was lost or taken over can never
+end the job for the worker that holds it now. It runs in a task of the session, which
+owns its outcome: cancelling the caller (anyio or native asyncio) does not stop it. A
+request whose reply was lost is resolved by reading the claim again: while the session
+lives only this transaction deletes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from .._core import retry as _retry
+from .._core.exceptions import BackendUnavailable, ClaimLost, ClosedError, SessionExpiredError
+from ..abc import Create, Remove, Update
+from . import records as _jobs
+
+if TYPE_CHECKING:
+    from .._locks.hold import Hold
+    from .._sessions.session import Session
+    from ..abc import Entry, Op
+    from .records import Job
+
+__all__ = [
+    "Exhausted",
+    "Outcome",
+    "Retry",
+    "lost_attempt",
+    "release_ops",
+    "release_soon",
+    "settle",
+]
+
+Exhausted = Literal["park", "dead_letter"]
+#: What became of a write: applied, certainly not applied, or not known.
+Outcome = Literal["done", "not done", "unknown"]
+
+_log = logging.getLogger("coord")
+
+
+@dataclass(frozen=True)
+class Retry:
+    """A queue's retry policy (see :class:`coord.Queue`)."""
+
+    max_attempts: int
+    on_exhausted: Exhausted
+    delay: float
+    max_delay: float
+    dead_prefix: str
+
+
+async def settle(
+    job: Job, exc: BaseException | None, retry: Retry, *, cut_short: bool = False
+) -> None:
+    """End *job*'s claim: ack if *exc* is None, retry/park/dead-letter for an Exception,
+    release as it was for a cancellation or a deferred job.
+
+    :param cut_short: the body was cancelled because the claim was lost
+    :raises ClaimLost: if the claim had been lost (``outcome="not done"``), the store
+        refused the ending (``"not done"``), or its outcome is unknown (``"unknown"``);
+        not for a cancelled block, whose cancellation propagates as it is
+    """
+    hold = job._hold
+    session = hold.session
+    if hold._finish():
+        # Lost while the body ran: no ending was sent. If the session lives on (an
+        # interruption, ZooKeeper's SUSPENDED), the job is given back as it was: an
+        # outage the session survives never counts as an attempt.
+        release_soon(session, job._entry, job._state, job.payload, hold.entry)
+        raise ClaimLost(_lost(job, exc, cut_short), outcome="not done", job_id=job.id)
+    cancelled = exc is not None and not isinstance(exc, Exception)
+    if job._deferred or cancelled:
+        # Give it back as it was, no attempt counted.
+        release = release_ops(job._entry, job._state, job.payload, hold.entry)
+        outcome = await _end(session, release, hold, job, "release")
+        if outcome != "done" and not cancelled and exc is None:
+            raise _not_done(job, "release", outcome)
+        return
+    ops: list[Op] = (
+        [Remove(job._entry), Remove(hold.entry)] if exc is None else _nack(job, exc, retry)
+    )
+    what = "ack" if exc is None else "release"
+    outcome = await _end(session, ops, hold, job, what)
+    if outcome != "done":
+        hold._frozen = True
+        raise _not_done(job, what, outcome)
+
+
+async def _end(session: Session, ops: list[Op], hold: Hold, job: Job, what: str) -> Outcome:
+    """Apply the ending *ops* in a task of the session: "done", "not done" (the store
+    refused it: the claim or the job was no longer as claimed) or "unknown". When it is
+    unknown only because the answer took longer than the TTL, the task goes on and logs
+    the answer when it comes."""
+
+    def late(answer: str | None) -> None:
+        _log.warning(
+            "%s of job %s (claim fence %d), whose answer its worker did not wait for: %s",
+            what,
+            job.id,
+            hold.fence,
+            _LATE.get(answer or "lost", "still unknown (the session was lost with it)"),
+        )
+
+    answer = await session.settle(lambda: _apply(session, ops, hold.entry, job._entry), undo=late)
+    if answer == "done":
+        return "done"
+    return "not done" if answer == "refused" else "unknown"
+
+
+_LATE = {"done": "it was applied", "refused": "the store refused it: not applied"}
+
+
+def _lost(job: Job, exc: BaseException | None, cut_short: bool) -> str:
+    """What a claim lost before its ending was sent did not do, and what its body may
+    have done."""
+    hold = job._hold
+    lost = f"the claim (fence {hold.fence}) was lost: {hold._why()}"
+    if cut_short:
+        done = "its body was cancelled, nothing was acked"
+    elif exc is None:
+        done = "the ack was not written, though the body ran to its end: its work may be done"
+    elif isinstance(exc, Exception):
+        done = "the retry was not written (the body raised): its work may be partly done"
+    else:
+        done = "the job was not given back (the body was cancelled)"
+    return (
+        f"{hold.name!r}: {lost}; {done}. The job is another worker's to do: make its side "
+        "effects idempotent with job.fence"
+    )
+
+
+def _not_done(job: Job, what: str, outcome: Outcome) -> ClaimLost:
+    hold = job._hold
+    if outcome == "not done":
+        message = (
+            f"the {what} was refused: the claim (fence {hold.fence}) was no longer ours; "
+            "the job is another worker's to do"
+        )
+    else:
+        message = (
+            f"the outcome of the {what} is unknown (claim fence {hold.fence}): it was sent "
+            "and no answer came in time, so it may have been applied, or the job may run "
+            "again; the answer is logged when it comes"
+        )
+    return ClaimLost(f"{hold.name!r}: {message}", outcome=outcome, job_id=job.id)
+
+
+def _nack(job: Job, exc: BaseException, retry: Retry) -> list[Op]:
+    """Retry the job in place, or park or dead-letter it after its last attempt, with
+    *exc* as its error (cut to fit by :func:`_jobs.encode`). Never a transaction that the
+    store refuses on size, which would leave the claim, and the job's key, blocked: if
+    the job's header still does not fit, it is parked or dead-lettered with a shortened
+    error; if not even that fits (a header written by something else), only the claim
+    is removed, and the next look counts a lost attempt."""
+    state = job._state
+    attempt = state.attempt + 1
+    error = f"{type(exc).__name__}: {exc}"
+    claim = Remove(job._hold.entry)
+    limit = job._hold.session.backend.max_value_size
+    if attempt < retry.max_attempts:
+        delay = min(retry.delay * 2 ** (attempt - 1), retry.max_delay)
+        state = state.with_(attempt=attempt, not_before=time.time() + delay, error=error)
+        ops: list[Op] = [Update(job._entry, _jobs.encode(state, job.payload)), claim]
+    else:
+        state = state.with_(attempt=attempt, error=error)
+        ops = [*_exhausted(job._entry, state, job.payload, retry), claim]
+    if _fits(ops, limit):
+        return ops
+    short = job._state.with_(attempt=attempt, error=f"{type(exc).__name__} (message dropped)")
+    ops = [*_exhausted(job._entry, short, job.payload, retry), claim]
+    return ops if _fits(ops, limit) else [claim]
+
+
+def _fits(ops: list[Op], limit: int) -> bool:
+    return all(len(op.value) <= limit for op in ops if isinstance(op, Update | Create))
+
+
+def _exhausted(entry: Entry, state: _jobs.State, payload: bytes, retry: Retry) -> list[Op]:
+    """Park the job in place, or move it to the dead letters (its last attempt failed)."""
+    state = state.with_(not_before=0.0, claim=None)
+    if retry.on_exhausted == "park":
+        return [Update(entry, _jobs.encode(state.with_(parked=True), payload))]
+    # A fresh entry id (the job's id is in the header): it can never meet another one.
+    dead = Create(retry.dead_prefix, f"@d{uuid.uuid4().hex}", _jobs.encode(state, payload))
+    return [Remove(entry), dead]
+
+
+def lost_attempt(
+    entry: Entry, state: _jobs.State, payload: bytes, retry: Retry
+) -> tuple[_jobs.State, list[Op] | None]:
+    """A job whose last claim ended with neither an ack nor a release (its worker died,
+    or was cut off): that attempt counts, so that a job which kills its worker every time
+    (a poison pill) ends parked or dead-lettered instead of going round forever.
+
+    Returns the header to claim it with, or the transaction that parks or dead-letters
+    it when that was its last attempt."""
+    error = "its worker was lost while working on it (no ack, no release)"
+    state = state.with_(attempt=state.attempt + 1, error=error, claim=None)
+    if state.attempt < retry.max_attempts:
+        return state, None
+    return state, _exhausted(entry, state, payload, retry)
+
+
+def release_ops(entry: Entry, state: _jobs.State, payload: bytes, claim: Entry) -> list[Op]:
+    """Give a claimed job back as it was (no attempt counted)."""
+    return [Update(entry, _jobs.encode(state.with_(claim=None), payload)), Remove(claim)]
+
+
+def release_soon(
+    session: Session, entry: Entry, state: _jobs.State, payload: bytes, claim: Entry
+) -> None:
+    """Give back a claim that nobody will work on, in a task of the session (the caller
+    was cancelled). Not a checkpoint."""
+    if session.lost:
+        return  # the claim goes with the session
+    ops = release_ops(entry, state, payload, claim)
+
+    async def run() -> None:
+        if await _apply(session, ops, claim, entry) == "refused":
+            await session.delete(claim)
+
+    try:
+        session.start_soon(run)
+    except ClosedError:
+        pass
+
+
+async def _apply(session: Session, ops: list[Op], claim: Entry, job: Entry) -> str:
+    """Run the transaction until its outcome is known: "done", "refused" or "lost".
+
+    After a lost reply, what the store holds tells: the transaction deletes our claim
+    and removes or rewrites the job. The claim gone with the job unchanged means the
+    claim went some other way (our lease expired on the store): not done."""
+    backend = session.backend
+    unknown = False
+    for attempt in _retry.attempts():
+        try:
+            if unknown and await backend.get(claim.key) is None:
+                now = await backend.get(job.key)
+                changed = now is None or now.version != job.version
+                return "done" if changed and not session.lost else "lost"
+            unknown = False
+            return "done" if await backend.transact(ops) is not None else "refused"
+        except SessionExpiredError:
+            # The store says the session is over (ZooKeeper, after a partition longer
+            # than the TTL): the claim went with it, and an earlier attempt whose reply
+            # was lost may have been applied. Its outcome is unknown, never "refused".
+            return "lost"
+        except BackendUnavailable:
+            unknown = True
+            if session.lost:
+                return "lost"
+            await _retry.backoff(attempt)
+    raise AssertionError("unreachable")  # pragma: no cover

@@ -1,0 +1,410 @@
+"""Queue: durable jobs, handed out in order, one live worker per job, fenced acks.
+
+Layout under the queue's name ``N``:
+
+* ``N/_jobs/@j<id>``: one durable entry per job (bound to no lease), in put order;
+  its value is a small header (key, attempt, backoff, parked, current claim) and the
+  payload (:mod:`coord._jobs.records`);
+* ``N/_claims/@c<id>``: one entry per claim, bound to the worker's lease, so that a dead
+  worker's claims go with its session and the jobs can be claimed again;
+* ``N/_dead/@j<id>``: the dead-letter list (option ``on_exhausted="dead_letter"``);
+* ``N/_ids/@t<digest>``: a marker per job put with a ``job_id``, for ``dedupe_window``
+  (:mod:`coord._jobs.put`);
+* ``N/_turn``: the mutex idle workers queue on, so that one of them looks at a time
+  (:mod:`coord._jobs.claim`).
+
+Every put, claim, ack and nack is one consensus write (a transaction); the ack and nack
+are guarded by the claim (its entry must still exist) and by the job's version, so a
+worker whose claim was lost or taken over can never ack or nack the job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeVar
+
+from .._core import keys as _keys
+from .._core import retry as _retry
+from .._core.checks import check_duration, check_int, check_seconds, check_str
+from .._core.exceptions import BackendUnavailable, ConfigurationError, JobNotFound, LockLost
+from .._locks.mutex import Mutex
+from ..abc import Create, Remove, Update
+from . import claim as _claiming
+from . import records as _jobs
+from .endings import Exhausted, Retry, lost_attempt, release_soon, settle
+from .put import Putter
+from .records import DeadLetter, Job, JobRef
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from .._sessions.session import Session, SessionSource
+    from ..abc import Entry, Op
+    from .claim import ClaimHold
+
+__all__ = ["Claiming", "Exhausted", "Job", "KeyStats", "Queue", "QueueStats"]
+
+_T = TypeVar("_T")
+# A look reads this many of the oldest jobs first (then 8x more, ..., then all), so that
+# a long queue whose head is claimable costs one short read, not a read of every job.
+_FIRST_LOOK = 32
+
+
+@dataclass(frozen=True)
+class KeyStats:
+    """One key's jobs (see :attr:`QueueStats.keys`).
+
+    :ivar depth: its jobs outstanding
+    :ivar in_flight: those claimed by a worker now
+    :ivar parked: those parked (waiting for :meth:`Queue.unpark`)
+    """
+
+    depth: int = 0
+    in_flight: int = 0
+    parked: int = 0
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """The queue as read at one moment (``await queue.stats()``).
+
+    :ivar depth: jobs outstanding (put, not yet acked or dead-lettered)
+    :ivar in_flight: jobs claimed by a live worker now
+    :ivar parked: jobs parked after their last attempt (their key waits)
+    :ivar dead: dead letters
+    :ivar keys: the same, per job key (jobs without a key are not listed)
+    """
+
+    depth: int
+    in_flight: int
+    parked: int
+    dead: int
+    keys: dict[str, KeyStats] = field(default_factory=dict)
+
+
+class Queue:
+    """A durable job queue with per-key order, claims bound to the worker's session,
+    and fenced acks. Made by :meth:`coord.Client.queue`.
+
+    Example::
+
+        queue = client.queue("emails")
+        await queue.put(b'{"to": "a@example.com"}', key="customer-7")
+        async with queue.claim() as job:       # the oldest claimable job
+            await send(job.payload, idempotency_key=job.fence)
+        # a normal exit acks (deletes) it; an exception releases it for a retry in place
+
+    Jobs with the same key run one at a time, in put order; different keys in parallel;
+    jobs without a key are handed out in put order. A claim lives on the worker's
+    session: if the worker dies or is cut off, the job becomes claimable again at the
+    head of its key, and a worker that was only paused finds its body cancelled with
+    :exc:`coord.ClaimLost` and its ack refused.
+
+    :param max_attempts: attempts before a job is parked or dead-lettered
+    :param on_exhausted: ``"park"`` (the job stays at the head of its key, which waits
+        for :meth:`unpark`: order is kept) or ``"dead_letter"`` (it moves to
+        :meth:`dead_letters` and its key goes on: order is broken for it, as with SQS)
+    :param retry_delay: backoff before the first retry, doubling up to *max_retry_delay*
+        (read from the wall clock: workers' clocks should roughly agree)
+    :param dedupe_window: seconds after a put with a ``job_id`` during which a put of
+        the same id queues nothing (see :meth:`put`; wall clock)
+    """
+
+    def __init__(
+        self,
+        source: SessionSource,
+        name: str,
+        *,
+        max_attempts: int = 5,
+        on_exhausted: Exhausted = "park",
+        retry_delay: float = 1.0,
+        max_retry_delay: float = 60.0,
+        dedupe_window: float = 600.0,
+    ) -> None:
+        self._source = source
+        self._name = _keys.check_name(name)
+        _check_options(max_attempts, on_exhausted, retry_delay, max_retry_delay)
+        self._putter = Putter(source, name, check_duration(dedupe_window, "dedupe_window"))
+        self._max_attempts = max_attempts
+        self._on_exhausted = on_exhausted
+        self._retry_delay = float(retry_delay)
+        self._max_retry_delay = float(max_retry_delay)
+        self._jobs = f"{name}/_jobs/"
+        self._claims = f"{name}/_claims/"
+        self._dead = f"{name}/_dead/"
+        self._retry = Retry(
+            max_attempts, on_exhausted, float(retry_delay), float(max_retry_delay), self._dead
+        )
+        self._turn = Mutex(source, _keys.internal_name(name, "_turn"))
+        self._turn._counted = False  # the idle workers' turns are not the user's locks
+
+    def __repr__(self) -> str:
+        return f"<coord.Queue {self._name!r} max_attempts={self._max_attempts}>"
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def max_payload_size(self) -> int:
+        """The largest payload :meth:`put` takes on this store, in bytes: the store's value
+        limit less the room kept for the job's header as stored (its key, attempt,
+        backoff, claim and last failure message, cut to fit), so that every claim,
+        retry, park and dead letter of the job fits too."""
+        return _jobs.max_payload(self._source.backend.max_value_size)
+
+    # -- producers ------------------------------------------------------------------------
+
+    async def put(
+        self, payload: bytes, *, key: str | None = None, job_id: str | None = None
+    ) -> JobRef:
+        """Append a job. A checkpoint; one consensus write (with a *job_id*: also a read
+        or two, to find an earlier put of that id).
+
+        It ends one of three ways. Done: it returns the job (:class:`coord.JobRef`).
+        Not done: it raises TypeError or ConfigurationError (nothing was written), or
+        SessionExpiredError before anything was sent. Unknown: it raises
+        :exc:`coord.OutcomeUnknown` (with the job's id) when the request was sent and no
+        answer came: the job may be queued, and nothing deletes it behind your back.
+
+        With a *job_id* the put can be repeated safely: while a job of that id is queued
+        or in flight, and for the queue's ``dedupe_window`` after its put, a put of the
+        same id queues nothing and returns that job. So the answer to OutcomeUnknown is
+        to put again with the same *job_id*.
+
+        If cancelled, the job is not queued: one whose request reached the store anyway
+        is withdrawn by the client (across sessions, while it is open), unless a worker
+        claimed it first; then it runs, and a WARNING (logger ``coord``) names it.
+
+        :param key: jobs with the same key run one at a time, in put order
+        :param job_id: the job's id (any printable string up to 256 characters), making
+            the put repeatable; default: a fresh id
+        :raises TypeError: for a payload that is not bytes, or a key or job id that is
+            not a str
+        :raises ConfigurationError: for a payload larger than the store takes, or a bad
+            key or job id
+        :raises OutcomeUnknown: if the request was sent and no answer came
+        """
+        key = _jobs.check_key(key)
+        data = _jobs.check_payload(payload, self._source.backend.max_value_size)
+        return await self._putter.put(data, key, job_id)
+
+    # -- workers --------------------------------------------------------------------------
+
+    def claim(self) -> Claiming:
+        """``async with queue.claim() as job:`` waits for the oldest claimable job and
+        claims it (see :class:`Queue`). Waiting is a checkpoint, woken by watches. If
+        cancelled while waiting, nothing is claimed. On exit: acked if the body ended
+        normally; released for a retry (attempt + 1, after a backoff) if it raised;
+        released as it was if it was cancelled from outside.
+
+        :raises ClaimLost: from the block, if the claim was lost while it ran (its body
+            was cancelled) or its ack was refused
+        """
+        return Claiming(self)
+
+    async def _claim(self) -> Job:
+        while True:
+            found: tuple[ClaimHold, Entry, _claiming.Pick] | None = None
+            try:
+                async with self._turn as turn:
+                    found = await self._look(turn.session)
+            except LockLost:
+                pass  # our session went while we looked: look again on the next one
+            except BaseException:
+                if found is not None:
+                    _abandon(*found)
+                raise
+            if found is not None:
+                hold, entry, pick = found
+                if not hold.lost:
+                    assert pick.state is not None
+                    return Job(hold, entry, pick.state.with_(claim=None), pick.payload)
+                _abandon(*found)
+
+    async def _look(self, session: Session) -> tuple[ClaimHold, Entry, _claiming.Pick]:
+        backend = session.backend
+        limit: int | None = _FIRST_LOOK
+        for attempt in _retry.attempts():
+            try:
+                jobs = await backend.entries(self._jobs, limit=limit)
+                claims = await backend.entries(self._claims)
+            except BackendUnavailable:
+                await _retry.backoff(attempt)
+                continue
+            live = {_jobs.id_of(e.key) for e in claims.entries}
+            pick = _claiming.choose(jobs.entries, live, time.time())
+            if pick.entry is None and limit is not None and len(jobs.entries) >= limit:
+                # Nothing claimable among the oldest: read further (all of it at last).
+                limit = limit * 8 if limit < _FIRST_LOOK * 64 else None
+                continue
+            limit = _FIRST_LOOK
+            if pick.entry is None:
+                await _claiming.wait_for_change(
+                    backend, (self._jobs, jobs), (self._claims, claims), pick
+                )
+                continue
+            assert pick.state is not None
+            if pick.state.claim is not None:  # its last claim ended without ack or release
+                pick.state, ops = lost_attempt(pick.entry, pick.state, pick.payload, self._retry)
+                if ops is not None:  # that was its last attempt: park or dead-letter it
+                    with contextlib.suppress(BackendUnavailable):
+                        await backend.transact(ops)
+                    continue
+            got = await _claiming.claim(
+                session, self._name, self._claims, pick, self._source.identity
+            )
+            if got is not None:
+                return got[0], got[1], pick
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- operators ------------------------------------------------------------------------
+
+    async def dead_letters(self) -> list[DeadLetter]:
+        """The dead-letter list, oldest first. A checkpoint; one read."""
+        letters = []
+        for entry in (await self._source.read(lambda b: b.entries(self._dead))).entries:
+            state, payload = _jobs.decode(entry)
+            letters.append(
+                DeadLetter(state.id, state.key, payload, state.attempt, state.error, entry.revision)
+            )
+        return letters
+
+    async def requeue(self, job_id: str) -> JobRef:
+        """Put a dead letter back as a new job (at the end of the queue and of its key,
+        attempt 0), in one transaction. A checkpoint.
+
+        :raises JobNotFound: if there is no dead letter with that id
+        :raises TypeError: if *job_id* is not a str
+        """
+        check_str(job_id, "job_id")
+        backend = self._source.backend
+        for entry in (await self._source.read(lambda b: b.entries(self._dead))).entries:
+            state, payload = _jobs.decode(entry)
+            if state.id != job_id:
+                continue
+            fresh = _jobs.State(id=job_id, key=state.key)
+            ops: list[Op] = [
+                Remove(entry),
+                # A fresh entry id (the job keeps its id, in the header).
+                Create(self._jobs, f"@j{uuid.uuid4().hex}", _jobs.encode(fresh, payload)),
+            ]
+            done = await backend.transact(ops)
+            if done is not None and done[1] is not None:
+                return JobRef(job_id, state.key, done[1].revision)
+        raise JobNotFound(f"queue {self._name!r} has no dead letter {job_id!r}")
+
+    async def unpark(self, key: str | None) -> int:
+        """Let the parked jobs of *key* (None: parked jobs without a key) be claimed
+        again, attempt 0. Returns how many were unparked. A checkpoint.
+
+        :raises TypeError: if *key* is neither a str nor None
+        """
+        key = _jobs.check_key(key)
+        backend = self._source.backend
+        unparked = 0
+        while True:
+            refused = 0
+            for entry in (await self._source.read(lambda b: b.entries(self._jobs))).entries:
+                state, payload = _jobs.decode(entry)
+                if (
+                    state.key != key
+                    or not state.parked
+                    or (state.error or "").startswith("not a job")
+                ):
+                    continue
+                fresh = state.with_(parked=False, attempt=0, not_before=0.0, claim=None)
+                # With a passing entry among the claims: its deletion wakes the worker
+                # watching the queue (a watch reports creations and deletions only). On
+                # our lease, deleted by a task of the session: it cannot stay behind.
+                session = await self._source.live()
+                nudge = Create(self._claims, f"@c{uuid.uuid4().hex}", lease=session.lease)
+                done = await backend.transact([Update(entry, _jobs.encode(fresh, payload)), nudge])
+                if done is not None and done[1] is not None:
+                    session.discard(done[1])
+                unparked += done is not None
+                refused += done is None
+            if not refused:
+                return unparked
+
+    async def stats(self) -> QueueStats:
+        """Depth, in flight, parked, dead, and the same per key. A checkpoint; three
+        reads (not one snapshot: the counts may be a moment apart)."""
+        jobs = await self._source.read(lambda b: b.entries(self._jobs))
+        claims = await self._source.read(lambda b: b.entries(self._claims))
+        live = {_jobs.id_of(e.key) for e in claims.entries}
+        dead = len((await self._source.read(lambda b: b.entries(self._dead))).entries)
+        keys: dict[str, list[int]] = {}
+        totals = [0, 0, 0]
+        for entry in jobs.entries:
+            state, _ = _jobs.decode(entry)
+            counts = (1, int(state.claim in live), int(state.parked))
+            totals = [a + b for a, b in zip(totals, counts, strict=True)]
+            if state.key is not None:
+                per = keys.setdefault(state.key, [0, 0, 0])
+                per[:] = [a + b for a, b in zip(per, counts, strict=True)]
+        depth, in_flight, parked = totals
+        per_key = {k: KeyStats(*v) for k, v in keys.items()}
+        return QueueStats(depth, in_flight, parked, dead, per_key)
+
+
+class Claiming:
+    """A claim being made: what :meth:`Queue.claim` returns.
+
+    Use it with ``async with queue.claim() as job:``: entering waits for the oldest
+    claimable job and claims it (a :class:`coord.Job`); leaving acks it, or releases it
+    for a retry if the body raised (see :meth:`Queue.claim`). Good for one block: call
+    ``claim()`` again for the next job.
+    """
+
+    def __init__(self, queue: Queue) -> None:
+        self._queue = queue
+        self._job: Job | None = None
+
+    def __repr__(self) -> str:
+        return f"<coord.Queue.claim {self._queue.name!r} job={self._job!r}>"
+
+    async def __aenter__(self) -> Job:
+        if self._job is not None:
+            raise RuntimeError("this claim() is already in use: call claim() again")
+        job = self._job = await self._queue._claim()
+        job._hold._enter_body()
+        return job
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> bool:
+        job = self._job
+        assert job is not None
+        swallowed = job._hold._exit_body(exc_type, exc_val, exc_tb)
+        exc = None if swallowed else exc_val
+        await settle(job, exc, self._queue._retry, cut_short=swallowed)
+        return swallowed
+
+
+def _abandon(hold: ClaimHold, entry: Entry, pick: _claiming.Pick) -> None:
+    """Give back a claim nobody will work on (the job is claimable again at once, with
+    no attempt counted)."""
+    hold._finish()
+    assert pick.state is not None
+    release_soon(hold.session, entry, pick.state, pick.payload, hold.entry)
+
+
+def _check_options(
+    max_attempts: object, on_exhausted: object, retry_delay: object, max_retry_delay: object
+) -> None:
+    if check_int(max_attempts, "max_attempts") < 1:
+        raise ConfigurationError(f"max_attempts must be an int >= 1, not {max_attempts!r}")
+    if check_str(on_exhausted, "on_exhausted") not in ("park", "dead_letter"):
+        raise ConfigurationError(
+            f"on_exhausted must be 'park' or 'dead_letter', not {on_exhausted!r}"
+        )
+    for what, value in (("retry_delay", retry_delay), ("max_retry_delay", max_retry_delay)):
+        if not check_seconds(value, what) >= 0:
+            raise ConfigurationError(f"{what} must be a number of seconds >= 0, not {value!r}")

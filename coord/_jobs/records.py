@@ -1,0 +1,278 @@
+"""Queued jobs as stored: one durable entry per job, its state in a small header.
+
+A job's entry value is ``b"cq1" + <4-byte header length> + <JSON header> + <payload>``.
+The header holds what changes while the job waits (attempt, backoff, parked, which claim
+holds it); the payload is the caller's bytes, untouched. Every change of the header is a
+guarded :class:`~coord.abc.Update` of the whole value, so a payload must leave room for
+the header within the store's value limit: :func:`check_payload` says so at ``put``.
+
+The header's room (:data:`HEADER_ROOM`) is that of the largest header coord writes: the
+longest key, every field at its widest, and a failure message cut to
+:data:`MAX_ERROR_SIZE` bytes *as stored* (JSON escapes a non-ASCII character as 6 or 12
+bytes, so a cut by characters could not bound it). So a job that ``put`` accepted can be
+claimed, retried, parked and dead-lettered whatever its body raised.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from .._core.checks import check_bytes
+from .._core.exceptions import ConfigurationError
+from .._core.keys import waiter_id_of
+
+if TYPE_CHECKING:
+    from .._locks.hold import Hold
+    from ..abc import Entry
+
+__all__ = [
+    "HEADER_ROOM",
+    "MAX_ERROR_SIZE",
+    "MAX_JOB_ID_LENGTH",
+    "MAX_KEY_LENGTH",
+    "DeadLetter",
+    "Job",
+    "JobRef",
+    "State",
+    "check_key",
+    "check_payload",
+    "cut_error",
+    "decode",
+    "encode",
+    "id_of",
+    "max_payload",
+]
+
+_MAGIC = b"cq1"
+_LENGTH = struct.Struct(">I")
+MAX_KEY_LENGTH = 256
+#: The longest job id a put takes (``put(..., job_id=)``), in characters.
+MAX_JOB_ID_LENGTH = 256
+#: The most a failure message takes in a job's header, in bytes as stored (JSON-escaped,
+#: quotes included); a longer one is cut, and ends with :data:`_CUT`.
+MAX_ERROR_SIZE = 2048
+_CUT = "..."
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """A job as put: ``await queue.put(...)`` returns it.
+
+    :ivar id: the job's id (for :meth:`Queue.requeue` and logs)
+    :ivar key: its ordering key, or None
+    :ivar seq: its place in the queue: strictly increasing in put order (the creation
+        revision of its entry)
+    """
+
+    id: str
+    key: str | None
+    seq: int
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A job moved to the dead-letter list after its last attempt failed.
+
+    :ivar id: the job's id (pass it to :meth:`Queue.requeue`)
+    :ivar key: its ordering key, or None
+    :ivar payload: its payload
+    :ivar attempts: how many attempts failed
+    :ivar error: the last attempt's error, as text
+    :ivar seq: when it was dead-lettered (creation revision of the dead letter)
+    """
+
+    id: str
+    key: str | None
+    payload: bytes
+    attempts: int
+    error: str | None
+    seq: int
+
+
+@dataclass(frozen=True)
+class State:
+    """A job's header: everything but the payload."""
+
+    id: str
+    key: str | None = None
+    attempt: int = 0
+    not_before: float = 0.0
+    parked: bool = False
+    claim: str | None = None
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def with_(self, **changes: Any) -> State:
+        return replace(self, **changes)
+
+
+def id_of(key: str) -> str:
+    """The job id in an entry key ``.../@j<id>[-<sequence>]`` (also claims, ``@c``)."""
+    return waiter_id_of(key)[2:].partition("-")[0]
+
+
+def cut_error(error: str) -> str:
+    """*error*, cut so that it takes at most :data:`MAX_ERROR_SIZE` bytes as stored (a cut
+    one ends with ``...``). Cutting again changes nothing."""
+    # Every character takes at least a byte: no prefix longer than that can fit.
+    if len(error) <= MAX_ERROR_SIZE and len(_json(error)) <= MAX_ERROR_SIZE:
+        return error
+    low, high = 0, min(len(error), MAX_ERROR_SIZE)
+    while low < high:  # the longest prefix that fits with the mark
+        middle = (low + high + 1) // 2
+        if len(_json(error[:middle] + _CUT)) <= MAX_ERROR_SIZE:
+            low = middle
+        else:
+            high = middle - 1
+    return error[:low] + _CUT
+
+
+def _json(value: object) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def encode(state: State, payload: bytes) -> bytes:
+    """The entry value of a job: the header (its failure message cut by
+    :func:`cut_error`) and the payload."""
+    header = {
+        "id": state.id,
+        "key": state.key,
+        "attempt": state.attempt,
+        "not_before": state.not_before,
+        "parked": state.parked,
+        "claim": state.claim,
+        "error": None if state.error is None else cut_error(state.error),
+        **state.extra,
+    }
+    raw = _json(header)
+    return _MAGIC + _LENGTH.pack(len(raw)) + raw + payload
+
+
+def _header_room() -> int:
+    """The largest header coord writes, in bytes: every field at its widest (a key of
+    characters that JSON escapes as 12 bytes each, the longest float), and a failure
+    message of MAX_ERROR_SIZE bytes in place of ``null``."""
+    widest = State(
+        id="\U0010ffff" * MAX_JOB_ID_LENGTH,  # a caller's job_id (put's own: 32 hex)
+        key="\U0010ffff" * MAX_KEY_LENGTH,
+        attempt=2**63,
+        not_before=-1.7976931348623157e308,
+        parked=False,
+        claim="f" * 32,
+    )
+    return len(encode(widest, b"")) - len(b"null") + MAX_ERROR_SIZE
+
+
+#: Room kept for the header when checking a payload's size: the largest header coord
+#: writes (see :func:`_header_room`).
+HEADER_ROOM = _header_room()
+
+
+def decode(entry: Entry) -> tuple[State, bytes]:
+    """The header and payload of a job entry. An entry that is not a job (written by
+    something else) decodes as a parked job with that error, so that it is neither
+    handed out nor silently dropped."""
+    value = entry.value
+    try:
+        if not value.startswith(_MAGIC):
+            raise ValueError("no job header")
+        (length,) = _LENGTH.unpack_from(value, len(_MAGIC))
+        start = len(_MAGIC) + _LENGTH.size
+        header = json.loads(value[start : start + length])
+        known = {"id", "key", "attempt", "not_before", "parked", "claim", "error"}
+        state = State(
+            id=str(header["id"]),
+            key=header.get("key"),
+            attempt=int(header.get("attempt", 0)),
+            not_before=float(header.get("not_before", 0.0)),
+            parked=bool(header.get("parked", False)),
+            claim=header.get("claim"),
+            error=header.get("error"),
+            extra={k: v for k, v in header.items() if k not in known},
+        )
+        return state, value[start + length :]
+    except (ValueError, KeyError, TypeError, struct.error) as exc:
+        return State(id=id_of(entry.key), parked=True, error=f"not a job: {exc}"), value
+
+
+def check_key(key: object) -> str | None:
+    """Return a valid ordering key (or None), else raise."""
+    if key is None:
+        return None
+    if not isinstance(key, str):
+        raise TypeError(f"a job key must be a str or None, not {type(key).__name__}")
+    if not key or len(key) > MAX_KEY_LENGTH or not key.isprintable():
+        raise ConfigurationError(
+            f"a job key must be 1 to {MAX_KEY_LENGTH} printable characters, got {key!r:.80}"
+        )
+    return key
+
+
+def max_payload(limit: int) -> int:
+    """The largest payload a store whose values take at most *limit* bytes can queue:
+    every header coord may write for it fits beside it."""
+    return limit - HEADER_ROOM
+
+
+def check_payload(payload: object, limit: int) -> bytes:
+    """Return *payload* if it is bytes that fit the store with room for the header."""
+    data = check_bytes(payload, "a job payload")
+    room = max_payload(limit)
+    if len(data) > room:
+        raise ConfigurationError(
+            f"the job payload is {len(data):,} bytes; this store takes at most {room:,} per "
+            "job (every put, claim and ack rewrites it through consensus: store large data "
+            "elsewhere and queue a reference)"
+        )
+    return data
+
+
+class Job:
+    """A claimed job, as given by ``async with queue.claim() as job``.
+
+    :ivar id: the job's id
+    :ivar key: its ordering key, or None
+    :ivar seq: its place in put order
+    :ivar attempt: how many earlier attempts failed (0 on the first)
+    :ivar payload: its bytes
+    :ivar fence: strictly increasing over every claim of every job of the store: pass it
+        with side effects (an idempotency token) so that a worker whose claim was lost
+        cannot overwrite the work of the next one
+    """
+
+    def __init__(self, hold: Hold, entry: Entry, state: State, payload: bytes) -> None:
+        self.id: str = state.id
+        self.key: str | None = state.key
+        self.seq: int = entry.revision
+        self.attempt: int = state.attempt
+        self.payload: bytes = payload
+        self.fence: int = hold.fence
+        self._hold = hold
+        self._entry = entry
+        self._state = state
+        self._deferred = False
+
+    def defer(self) -> None:
+        """Give the job back when the block exits, as it was: not acked, no attempt
+        counted, still at the head of its key, claimable again at once. For a failure
+        that is not the job's (a dependency that is down, a worker shutting down); the
+        block's own exception, if any, still propagates. Not a checkpoint."""
+        self._deferred = True
+
+    def __repr__(self) -> str:
+        return (
+            f"<coord.Job {self.id} key={self.key!r} seq={self.seq} attempt={self.attempt} "
+            f"fence={self.fence}{' lost' if self.lost else ''}>"
+        )
+
+    @property
+    def lost(self) -> bool:
+        """True once the claim is lost or must be presumed lost (no checkpoint needed)."""
+        return self._hold.lost
+
+    async def wait_lost(self) -> None:
+        """Return when the claim is lost. A checkpoint."""
+        await self._hold.wait_lost()
