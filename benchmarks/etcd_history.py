@@ -26,8 +26,8 @@ import anyio
 from aetcd import rpc
 
 import coord
-from coord.backends.etcd._http2 import Channel
-from coord.backends.etcd._queue import order_key, queue_range
+from coord.backends.etcd._grpc._http2 import Channel
+from coord.backends.etcd._waitqueue import order_key, queue_range
 from coord.testing import EtcdServer
 
 if TYPE_CHECKING:

@@ -57,7 +57,7 @@ class Entry:
     :ivar revision: creation order: strictly increasing over the whole store (the etcd
         create revision, the ZooKeeper czxid), or, for a waiter entry on etcd, along its
         queue (its order number, which one transaction gives each of the waiters it
-        registers; see ``backends/etcd/_queue.py``). This is the fencing token of a waiter
+        registers; see ``backends/etcd/_waitqueue.py``). This is the fencing token of a waiter
         entry.
     :ivar version: modification token for :meth:`Backend.compare_and_set`: the etcd mod
         revision, the ZooKeeper data version

@@ -178,7 +178,7 @@ def new_waiter_id_of(key: str) -> str:
 
 
 def _is_waiter_segment(last: str) -> bool:
-    # A bare mark is no waiter: it is the etcd backend's queue tail (see its _queue).
+    # A bare mark is no waiter: it is the etcd backend's queue tail (see its _waitqueue).
     return last.startswith(WAITER_MARK) and last != WAITER_MARK
 
 

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from ..backends.etcd._metrics import parse_metric, watch_messages_sent
+from ..backends._common.metrics import parse_metric, watch_messages_sent
 
 __all__ = ["parse_metric", "watch_messages_sent"]

@@ -4,12 +4,12 @@ etcd: registration used to read the queue sorted by creation revision, which etc
 by reading every key of it, inside the apply loop: 5,000 waiters on one mutex made the
 server time out requests ("waiting for the applied index took too long"), every session
 of the client was lost and the gate holder got LockLost. Now a waiter's key carries its
-order number (backends/etcd/_queue.py): registration writes a batch and reads at most
+order number (backends/etcd/_waitqueue.py): registration writes a batch and reads at most
 one key, a handoff reads the key right ahead and the queue's first key.
 
 ZooKeeper: every registration and every handoff listed the queue's node, all of its
 children (3,000 waiters failed). Now a waiter that finds a long queue moves its node into
-a shard of the queue (backends/zookeeper/_queue.py): a listing reads the head's nodes,
+a shard of the queue (backends/zookeeper/_waitqueue.py): a listing reads the head's nodes,
 the shards' names and one shard.
 """
 

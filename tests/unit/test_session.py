@@ -10,7 +10,7 @@ import trio
 from trio.testing import MockClock
 
 import coord
-from coord.backends._keepalive import KeptAliveLease
+from coord.backends._common.keepalive import KeptAliveLease
 from coord.backends.memory import MemoryBackend, MemoryStore
 from coord.testing import wait_for_waiters
 

@@ -1,4 +1,4 @@
-"""The etcd connection: our own gRPC channels (``_http2.py``) under aetcd's generated
+"""The etcd connection: our own gRPC channels (``_grpc/_http2.py``) under aetcd's generated
 stubs.
 
 aetcd's client takes one endpoint, no TLS, and ignores half of RangeRequest, so coord
@@ -36,7 +36,7 @@ from ..._core.exceptions import (
     CoordError,
     SessionExpiredError,
 )
-from ._http2 import EOF, Channel, RpcError
+from ._grpc._http2 import EOF, Channel, RpcError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -91,7 +91,7 @@ class TLSFiles:
         return await self._context(verify=True)
 
     async def probe_context(self) -> ssl.SSLContext:
-        """A TLS context for the first contact (:mod:`coord.backends._probe`): it only
+        """A TLS context for the first contact (:mod:`coord.backends._common.probe`): it only
         asks whether an HTTP/2 server answers, so it verifies nothing (the connections
         that follow do) and presents the client certificate if there is one."""
         return await self._context(verify=False)

@@ -57,7 +57,7 @@ class Changes:
             while not self._pending:
                 self._pending.extend(await self._watch.__anext__())
             event = self._pending.popleft()
-            if event.kv.key.endswith(b"\0"):  # a waiter's link (_queue.py): no entry
+            if event.kv.key.endswith(b"\0"):  # a waiter's link (_waitqueue.py): no entry
                 continue
             entry = self._to_entry(event.kv)
             if event.type == _DELETE:

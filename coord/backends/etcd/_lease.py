@@ -8,9 +8,9 @@ import anyio
 from aetcd import rpc
 
 from ..._core.exceptions import BackendUnavailable, SessionExpiredError
-from .._keepalive import KeptAliveLease
+from .._common.keepalive import KeptAliveLease
 from ._connection import finish, stream_read, stream_write, translate
-from ._http2 import RpcError
+from ._grpc._http2 import RpcError
 
 if TYPE_CHECKING:
     from ._connection import Connection

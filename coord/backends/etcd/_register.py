@@ -1,11 +1,11 @@
 """Registering ordered waiter entries on etcd: one transaction per batch, and settling a
-batch whose answer was lost (the key layout and why: ``_queue.py``).
+batch whose answer was lost (the key layout and why: ``_waitqueue.py``).
 
 A client's registrations on one prefix go out one batch at a time, by a task of the
 backend: the waiters that arrived while the previous batch was in flight (up to 62, of
 one lease; a batch that would cross a multiple of 64 order numbers starts at the next
 one: numbers may skip, never repeat). An exclusive waiter (one that waits for the entry
-right ahead of it alone: a mutex's, a writer's) gets its link too (``_queue.py``). Each
+right ahead of it alone: a mutex's, a writer's) gets its link too (``_waitqueue.py``). Each
 batch compares the tail it read, so a conflict with another client costs a round trip,
 not a wrong order; and it tries the commonest conflict, one registration of one number
 in between, in the same transaction (:class:`_Guess`).
@@ -30,7 +30,7 @@ from aetcd import rpc
 from ..._core.exceptions import BackendError, BackendUnavailable, ClosedError, ConfigurationError
 from ...abc import Entry, Position
 from ._kv import _CREATE, _EQUAL, _LEASE, _MOD, _VALUE, _VERSION
-from ._queue import (
+from ._waitqueue import (
     BATCH,
     IDLE,
     SUB,
@@ -127,7 +127,7 @@ class _Request:
     waiter_id: str
     value: bytes
     lease: int
-    #: An exclusive waiter: it gets a link (see ``_queue.py``).
+    #: An exclusive waiter: it gets a link (see ``_waitqueue.py``).
     link: bool
     #: (my entry, the entry right before it if known, the revision read)
     future: asyncio.Future[tuple[Entry, Entry | None, int]]

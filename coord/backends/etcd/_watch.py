@@ -31,7 +31,7 @@ from aetcd import rpc
 
 from ..._core.exceptions import BackendError, BackendUnavailable, ResyncNeeded
 from ._connection import AuthTokenExpired, finish, stream_read
-from ._http2 import RpcError
+from ._grpc._http2 import RpcError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -196,9 +196,9 @@ class Guard(_Watcher):
 
 class HandOver(Guard):
     """The guard of an exclusive waiter whose key is *mine*: the range from the key
-    ahead (*key*) to mine, for the hand-over of an etcd queue (``_queue.py``).
+    ahead (*key*) to mine, for the hand-over of an etcd queue (``_waitqueue.py``).
 
-    :ivar proof: the revision at which the key ahead and my link (``_queue.link_key``)
+    :ivar proof: the revision at which the key ahead and my link (``_waitqueue.link_key``)
         were deleted together, my key not among the deletes delivered; 0 if not.
 
     Not my key among any of the deletes delivered with it: a response holds the events of

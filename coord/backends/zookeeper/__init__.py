@@ -7,7 +7,7 @@ Curator's lock recipe (``InterProcessMutex``), on an anyio-native ZooKeeper clie
   default (Curator Tech Note 14); see :mod:`._lease`;
 * a waiter entry is an EPHEMERAL_SEQUENTIAL node ``<root>/<name>/@<guid>-<seq>``: a GUID
   per acquire attempt (protected mode, CURATOR-498) and the sequence as queue order; its
-  fencing token is the node's czxid; see :mod:`._queue`;
+  fencing token is the node's czxid; see :mod:`._waitqueue`;
 * a waiter watches only its predecessor, with a data watch, so a release wakes one
   waiter; watches are multiplexed per path (:mod:`._watches`);
 * parents are container nodes, which the server removes when they empty;

@@ -13,7 +13,7 @@ from ..._core.checks import check_ttl
 from ..._core.exceptions import ClosedError, ConfigurationError, SessionExpiredError
 from ..._core.url import format_url
 from ...abc import Backend, Change, Entry, Lease, Listing, Position
-from .._txn import check_ops, check_value
+from .._common.limits import check_ops, check_value
 from ._changes import ChildChanges
 from ._connection import Connection
 from ._faults import FaultHooks
@@ -23,8 +23,8 @@ from ._nodes import Nodes
 from ._options import Options, check_hosts, url_options
 from ._paths import Paths, sharded_name
 from ._plain import PlainKeys
-from ._queue import Queues
 from ._sizes import RequestSizes
+from ._waitqueue import Queues
 from ._watches import WatchRegistry
 from ._wire import State
 

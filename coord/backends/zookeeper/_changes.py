@@ -13,7 +13,7 @@ ResyncNeeded is raised after the changes that can. Only waiter entries are repor
 nested names' nodes). Data changes of children are not watched (the contract asks for
 creations and deletions only).
 
-A long queue's waiter nodes may be in shards (``_queue.py``): each shard directory is
+A long queue's waiter nodes may be in shards (``_waitqueue.py``): each shard directory is
 listed and watched too, and its cversion accounted the same way (a shard that appears
 with changes unseen, or disappears, means ResyncNeeded). A waiter is known by its
 sequence number: its move into a shard is not a change.
@@ -34,7 +34,7 @@ from ._paths import is_sharded, parse_waiter, shard_index
 if TYPE_CHECKING:
     from ._connection import Connection
     from ._paths import Paths
-    from ._queue import Queues
+    from ._waitqueue import Queues
     from ._watches import WatchRegistry
 
 __all__ = ["ChildChanges"]

@@ -31,7 +31,7 @@ from ..._core.exceptions import (
     CoordError,
     SessionExpiredError,
 )
-from .._probe import ZOOKEEPER, first_contact
+from .._common.probe import ZOOKEEPER, first_contact
 from ._errors import ANSWERS, translate
 from ._wire import State, WireClient
 

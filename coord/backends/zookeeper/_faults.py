@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ._lease import SessionPolicy
     from ._options import Options
     from ._paths import Paths
-    from ._queue import Queues
+    from ._waitqueue import Queues
 
 __all__ = [
     "FaultHooks",

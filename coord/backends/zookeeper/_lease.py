@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ..._core.exceptions import SessionExpiredError
-from .._keepalive import KeptAliveLease
+from .._common.keepalive import KeptAliveLease
 from ._wire import State
 
 if TYPE_CHECKING:

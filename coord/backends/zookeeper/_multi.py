@@ -27,7 +27,7 @@ from kazoo import exceptions as kz
 
 from ..._core.exceptions import BackendError, SessionExpiredError
 from ...abc import Check, Create, Entry, Put, Update
-from ._queue import committing, entry_of
+from ._waitqueue import committing, entry_of
 from ._wire import check_op, create_op, delete_op, set_data_op
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from ._connection import Connection
     from ._nodes import Nodes
     from ._paths import Paths
-    from ._queue import Queues
+    from ._waitqueue import Queues
 
 __all__ = ["Transactions"]
 

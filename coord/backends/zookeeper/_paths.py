@@ -5,7 +5,7 @@ the waiter id (a fresh GUID per acquire attempt, Curator's protected mode) follo
 10-digit sequence number that ZooKeeper appends to an EPHEMERAL_SEQUENTIAL node. The GUID
 finds the node again after a create whose reply was lost; the sequence orders the queue.
 
-In a long queue a waiter node is moved into a *shard* (``_queue.py`` says when and why):
+In a long queue a waiter node is moved into a *shard* (``_waitqueue.py`` says when and why):
 ``<parent>/@<seq // SHARD:08x>/<waiter id>:<czxid:016x>-<seq>``, a container per block of
 SHARD sequence numbers. Its name keeps the sequence (its place in the queue) and adds the
 czxid of the node it was moved from (its fence); its key is the parent's prefix plus that
@@ -22,7 +22,7 @@ import heapq
 from dataclasses import dataclass
 
 from ..._core.keys import WAITER_MARK
-from .._txn import check_key
+from .._common.limits import check_key
 
 __all__ = [
     "SHARD",

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from kazoo import exceptions as kz
 
 from ..._core.exceptions import BackendUnavailable
-from ._queue import entry_of
+from ._waitqueue import entry_of
 
 if TYPE_CHECKING:
     from ...abc import Entry

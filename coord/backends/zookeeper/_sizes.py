@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ...abc import Create, Put, Update
-from .._txn import check_request
+from .._common.limits import check_request
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

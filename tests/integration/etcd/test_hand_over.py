@@ -1,4 +1,4 @@
-"""The hand-over of an etcd queue (coord/backends/etcd/_queue.py): an exclusive waiter
+"""The hand-over of an etcd queue (coord/backends/etcd/_waitqueue.py): an exclusive waiter
 that sees the entry right ahead of it deleted together with its own link knows it is the
 first now, with no read. Only a delete of the queue's first entry deletes that link."""
 
@@ -12,7 +12,7 @@ import pytest
 from aetcd import rpc
 
 import coord
-from coord.backends.etcd import _queue
+from coord.backends.etcd import _waitqueue as _queue
 from coord.testing import drop_key, expire_session
 
 from ._handoff import clients, etcd_of, handoff, requests_of, waiting, wid

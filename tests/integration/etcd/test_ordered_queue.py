@@ -1,4 +1,4 @@
-"""The ordered waiter entries of the etcd backend (backends/etcd/_queue.py), where its
+"""The ordered waiter entries of the etcd backend (backends/etcd/_waitqueue.py), where its
 invariants can break: a queue whose tail went while waiters remain, batches of waiters
 registered by one transaction, answers lost on an empty queue, a backend closed with a
 batch in flight. Each of these found a way to two holders or a key left behind in
@@ -23,8 +23,8 @@ from coord.abc import Create, Entry
 from coord.backends.etcd import EtcdBackend, _register
 from coord.backends.etcd._connection import Answer
 from coord.backends.etcd._kv import range_end
-from coord.backends.etcd._queue import queue_range
 from coord.backends.etcd._register import _Tail
+from coord.backends.etcd._waitqueue import queue_range
 from coord.testing import expire_session, wait_for_no_waiters
 
 from ._handoff import requests_of

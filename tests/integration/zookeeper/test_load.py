@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 import coord
-from coord.backends.zookeeper._queue import SHARD_AFTER
+from coord.backends.zookeeper._waitqueue import SHARD_AFTER
 from coord.backends.zookeeper._wire._connection import Connection
 from coord.testing import ZooKeeperServer, wait_for_waiters
 

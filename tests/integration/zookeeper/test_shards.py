@@ -4,7 +4,7 @@ A registration lists the queue's node; with thousands of waiter nodes in it, eve
 registration and every handoff read the whole queue (O(W²) for a burst). Now a waiter that
 finds ``SHARD_AFTER`` waiter nodes ahead of it in the node moves its own into a shard (a
 container per block of ``SHARD`` sequence numbers), keeping its sequence number and its
-czxid as its fence (``backends/zookeeper/_queue.py``). These tests shrink both numbers so
+czxid as its fence (``backends/zookeeper/_waitqueue.py``). These tests shrink both numbers so
 that a few waiters cross several shards.
 """
 
@@ -19,7 +19,8 @@ import pytest
 
 import coord
 from coord.abc import ChangeKind, Entry
-from coord.backends.zookeeper import _paths, _queue
+from coord.backends.zookeeper import _paths
+from coord.backends.zookeeper import _waitqueue as _queue
 from coord.testing import wait_for_no_waiters, wait_for_waiters
 
 if TYPE_CHECKING:

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from .._core.exceptions import BackendError
-from ..abc import Lease
+from ..._core.exceptions import BackendError
+from ...abc import Lease
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -14,16 +14,16 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from .._core.exceptions import SessionExpiredError
-from .._core.keys import WAITER_MARK
-from ..abc import Change, ChangeKind, Check, Create, Entry, Position, Put, Update
+from ..._core.exceptions import SessionExpiredError
+from ..._core.keys import WAITER_MARK
+from ...abc import Change, ChangeKind, Check, Create, Entry, Position, Put, Update
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from anyio.streams.memory import MemoryObjectSendStream
 
-    from ..abc import Op
+    from ...abc import Op
 
 __all__ = ["MemoryStore"]
 

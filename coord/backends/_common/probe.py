@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.abc
 
-from .._core.exceptions import BackendUnavailable
+from ..._core.exceptions import BackendUnavailable
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

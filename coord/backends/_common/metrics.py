@@ -1,4 +1,5 @@
-"""Reading etcd's Prometheus metrics (off the event loop: urllib blocks), for the fault hooks."""
+"""Reading a server's Prometheus metrics (off the event loop: urllib blocks): etcd's watch
+messages, for its backend's fault hooks and the tests. Needs no client library."""
 
 from __future__ import annotations
 

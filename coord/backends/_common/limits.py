@@ -13,14 +13,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._core import keys as _keys
-from .._core.exceptions import ConfigurationError
-from ..abc import Check, Create, Put, Remove, Update
+from ..._core import keys as _keys
+from ..._core.exceptions import ConfigurationError
+from ...abc import Check, Create, Put, Remove, Update
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from ..abc import Op
+    from ...abc import Op
 
 __all__ = [
     "MAX_KEY_SIZE",

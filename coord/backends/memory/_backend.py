@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING
 import anyio
 from anyio.lowlevel import checkpoint
 
-from .._core import keys as _keys
-from .._core.background import BackgroundTasks
-from .._core.exceptions import (
+from ..._core import keys as _keys
+from ..._core.background import BackgroundTasks
+from ..._core.exceptions import (
     BackendUnavailable,
     ClosedError,
     ConfigurationError,
@@ -35,7 +35,7 @@ from .._core.exceptions import (
     ResyncNeeded,
     SessionExpiredError,
 )
-from ..abc import (
+from ...abc import (
     Backend,
     Change,
     ChangeKind,
@@ -47,17 +47,17 @@ from ..abc import (
     Position,
     Put,
 )
-from ._keepalive import KeptAliveLease
-from ._memory_store import MemoryStore, _LeaseRecord
-from ._txn import check_key, check_ops, check_request, check_value, estimate
+from .._common.keepalive import KeptAliveLease
+from .._common.limits import check_key, check_ops, check_request, check_value, estimate
+from ._store import MemoryStore, _LeaseRecord
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 
-    from .._core.url import ParsedURL
-    from ..abc import Op
+    from ..._core.url import ParsedURL
+    from ...abc import Op
 
-__all__ = ["MemoryBackend", "MemoryStore"]
+__all__ = ["MemoryBackend"]
 
 
 class _MemoryLease(KeptAliveLease):
