@@ -21,7 +21,7 @@ from ._locks.rwlock import RWLock
 from ._locks.semaphore import Semaphore
 from ._membership.group import Group
 from ._membership.partitioner import Partitioner
-from ._sessions import identity as _waiters
+from ._sessions import identity as _identity
 from ._sessions.keeper import SessionKeeper, SessionStatistics
 from ._sessions.readonly import NoSessions
 from .abc import Backend
@@ -111,7 +111,7 @@ class Client(AsyncResource):
         check_type(backend, Backend, "backend", "a coord.abc.Backend")
         check_bool(sessions, "sessions")
         self._backend = backend
-        who = _waiters.identity(_waiters.check_identity(identity))
+        who = _identity.identity(_identity.check_identity(identity))
         self._keeper = SessionKeeper(backend, ttl=ttl, renew=renew, identity=who)
         self._source: SessionSource = self._keeper
         if not sessions:
@@ -329,7 +329,7 @@ def connect(
         url = os.environ.get("COORD_URL")
         if not url:
             raise ConfigurationError("no URL given and COORD_URL is not set")
-    _waiters.check_identity(identity)
+    _identity.check_identity(identity)
     connect_timeout = check_duration(connect_timeout, "connect_timeout")
     parsed = parse_url(url)
     module_name, class_name = SCHEMES[parsed.scheme]

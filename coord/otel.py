@@ -177,7 +177,8 @@ class Telemetry:
 
 
 class _ClientObserver:
-    """Records one client's acquires and releases (a :class:`coord._core.stats.Observer`)."""
+    """Records one client's acquires and releases (a
+    :class:`coord._core.stats.StatisticsObserver`)."""
 
     def __init__(self, telemetry: Telemetry, attributes: dict[str, AttributeValue]) -> None:
         self._telemetry = telemetry

@@ -26,7 +26,7 @@ import anyio
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine
 
-    from anyio.abc import TaskGroup, TaskStatus
+    from anyio.abc import TaskGroup
 
 __all__ = ["BackgroundTasks", "close_on_exit"]
 
@@ -58,21 +58,30 @@ class BackgroundTasks:
         self._scope: anyio.CancelScope | None = None
 
     async def open(self) -> None:
-        """Start the host task. A checkpoint."""
+        """Start the host task. A checkpoint (cancelling it leaves no task behind)."""
         outer = anyio.create_task_group()
         await outer.__aenter__()
+        # The host's scope is made here, not in the host, so that a cancellation of
+        # this call can end it whether or not the host has started. (Not tg.start():
+        # a cancelled start cancels its task and waits for it, and a shielded host
+        # would never end.)
+        scope = self._scope = anyio.CancelScope(shield=True)
+        ready = anyio.Event()
         try:
-            self._tasks = await outer.start(self._host)
+            outer.start_soon(self._host, scope, ready)
+            await ready.wait()
         except BaseException as exc:
+            scope.cancel()
             outer.cancel_scope.cancel()
             await outer.__aexit__(type(exc), exc, exc.__traceback__)
             raise
         self._outer = outer
 
-    async def _host(self, *, task_status: TaskStatus[TaskGroup]) -> None:
-        with anyio.CancelScope(shield=True) as self._scope:
+    async def _host(self, scope: anyio.CancelScope, ready: anyio.Event) -> None:
+        with scope:
             async with anyio.create_task_group() as tasks:
-                task_status.started(tasks)
+                self._tasks = tasks
+                ready.set()
                 await anyio.sleep_forever()  # until aclose() cancels the scope
 
     def start_soon(self, func: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:

@@ -13,7 +13,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["TIME_BUCKETS", "Counters", "Histogram", "Observer"]
+__all__ = ["TIME_BUCKETS", "Counters", "Histogram", "StatisticsObserver"]
 
 _log = logging.getLogger("coord")
 
@@ -92,7 +92,7 @@ class _Recorder:
         return Histogram(TIME_BUCKETS, counts, sum(counts), self.sum)
 
 
-class Observer(Protocol):
+class StatisticsObserver(Protocol):
     """Told of every counted acquire and release, as they happen (:mod:`coord.otel`).
     Called on the event loop, in the acquiring or releasing task; must not block."""
 
@@ -122,7 +122,7 @@ class Counters:
         self.wait_time: _Recorder = _Recorder()
         self.hold_time: _Recorder = _Recorder()
         #: Told of each event (none unless :mod:`coord.otel` is in use).
-        self.observers: tuple[Observer, ...] = ()
+        self.observers: tuple[StatisticsObserver, ...] = ()
 
     def acquired(self, what: str, name: str, fence: int, wait: float, waited: bool) -> None:
         self.acquires += 1

@@ -29,7 +29,7 @@ from .._locks.hold import Hold
 from .._locks.task_lock import TaskLock
 from .leader import (
     Leader,
-    Observer,
+    Leaders,
     candidate_record,
     candidate_room,
     candidate_value,
@@ -225,7 +225,7 @@ class Election:
             waiting for a change: ZooKeeper can read nothing once its session is over,
             and a client that opens no other is done
         """
-        return Observer(self._source, self._prefix)
+        return Leaders(self._source, self._prefix)
 
     async def run(
         self,

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from .._core import retry as _retry
 from .._core.exceptions import BackendError, ClosedError, SessionExpiredError
 from .._core.keys import fence_of
-from .._sessions.identity import TIME_ROOM, parse_identity, since_of, waiter_value
+from .._sessions.identity import parse_identity, since_of, waiter_value, waiter_value_size
 
 if TYPE_CHECKING:
     from .._sessions.session import SessionSource
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CANDIDATE",
     "Leader",
-    "Observer",
+    "Leaders",
     "candidate_record",
     "candidate_room",
     "candidate_value",
@@ -52,9 +52,9 @@ def candidate_record(who: dict[str, Any], value: bytes) -> bytes:
 
 
 def candidate_room(who: dict[str, Any], max_value_size: int) -> int:
-    """The largest value a candidate's entry fits in *max_value_size* bytes (with room
-    for the registration time's digits to grow)."""
-    return max(max_value_size - len(candidate_record(who, b"")) - TIME_ROOM, 0)
+    """The largest value a candidate's entry fits in *max_value_size* bytes, whenever it
+    is written (the registration time at its widest)."""
+    return max(max_value_size - waiter_value_size(who, role=CANDIDATE) - len(_SEPARATOR), 0)
 
 
 def _split(raw: bytes) -> tuple[dict[str, Any], bytes] | None:
@@ -116,7 +116,7 @@ class Leader:
         return cls(entry.key, value, fence, who, since)
 
 
-class Observer:
+class Leaders:
     """The iterator behind :meth:`coord.Election.observe` (not a generator: leaving the loop
     early leaves nothing to finalize)."""
 
@@ -127,7 +127,7 @@ class Observer:
         self._last: Leader | None = None
         self._yielded = False
 
-    def __aiter__(self) -> Observer:
+    def __aiter__(self) -> Leaders:
         return self
 
     async def __anext__(self) -> Leader | None:

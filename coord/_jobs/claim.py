@@ -30,7 +30,7 @@ from .._core import retry as _retry
 from .._core.exceptions import BackendError, BackendUnavailable, ClaimLost, ResyncNeeded
 from .._locks.hold import Hold
 from ..abc import ChangeKind, Create, Entry, Position, Update
-from . import records as _jobs
+from . import records as _records
 from .endings import release_soon
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ class Pick:
 
     def __init__(self) -> None:
         self.entry: Entry | None = None
-        self.state: _jobs.State | None = None
+        self.state: _records.State | None = None
         self.payload = b""
         self.wake_at: float | None = None
 
@@ -64,7 +64,7 @@ def choose(jobs: Sequence[Entry], live_claims: set[str], now: float) -> Pick:
     pick = Pick()
     blocked: set[str] = set()
     for entry in jobs:
-        state, payload = _jobs.decode(entry)
+        state, payload = _records.decode(entry)
         if state.key is not None:
             if state.key in blocked:
                 continue  # not the oldest outstanding job of its key
@@ -95,7 +95,7 @@ async def claim(
     value = json.dumps({**identity, "job": pick.state.id}, separators=(",", ":"))
     header = pick.state.with_(claim=claim_id[2:])  # as id_of() reads it from the key
     ops: list[Op] = [
-        Update(pick.entry, _jobs.encode(header, pick.payload)),
+        Update(pick.entry, _records.encode(header, pick.payload)),
         Create(claims, claim_id, value.encode(), lease),
     ]
     provisional = Entry(claims + claim_id, lease=lease.id)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Literal
 from .._core import retry as _retry
 from .._core.exceptions import BackendUnavailable, ClaimLost, ClosedError, SessionExpiredError
 from ..abc import Create, Remove, Update
-from . import records as _jobs
+from . import records as _records
 
 if TYPE_CHECKING:
     from .._locks.hold import Hold
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Exhausted",
     "Outcome",
-    "Retry",
+    "RetryPolicy",
     "lost_attempt",
     "release_ops",
     "release_soon",
@@ -45,7 +45,7 @@ _log = logging.getLogger("coord")
 
 
 @dataclass(frozen=True)
-class Retry:
+class RetryPolicy:
     """A queue's retry policy (see :class:`coord.Queue`)."""
 
     max_attempts: int
@@ -56,7 +56,7 @@ class Retry:
 
 
 async def settle(
-    job: Job, exc: BaseException | None, retry: Retry, *, cut_short: bool = False
+    job: Job, exc: BaseException | None, retry: RetryPolicy, *, cut_short: bool = False
 ) -> None:
     """End *job*'s claim: ack if *exc* is None, retry/park/dead-letter for an Exception,
     release as it was for a cancellation or a deferred job.
@@ -151,9 +151,9 @@ def _not_done(job: Job, what: str, outcome: Outcome) -> ClaimLost:
     return ClaimLost(f"{hold.name!r}: {message}", outcome=outcome, job_id=job.id)
 
 
-def _nack(job: Job, exc: BaseException, retry: Retry) -> list[Op]:
+def _nack(job: Job, exc: BaseException, retry: RetryPolicy) -> list[Op]:
     """Retry the job in place, or park or dead-letter it after its last attempt, with
-    *exc* as its error (cut to fit by :func:`_jobs.encode`). Never a transaction that the
+    *exc* as its error (cut to fit by :func:`_records.encode`). Never a transaction that the
     store refuses on size, which would leave the claim, and the job's key, blocked: if
     the job's header still does not fit, it is parked or dead-lettered with a shortened
     error; if not even that fits (a header written by something else), only the claim
@@ -166,7 +166,7 @@ def _nack(job: Job, exc: BaseException, retry: Retry) -> list[Op]:
     if attempt < retry.max_attempts:
         delay = min(retry.delay * 2 ** (attempt - 1), retry.max_delay)
         state = state.with_(attempt=attempt, not_before=time.time() + delay, error=error)
-        ops: list[Op] = [Update(job._entry, _jobs.encode(state, job.payload)), claim]
+        ops: list[Op] = [Update(job._entry, _records.encode(state, job.payload)), claim]
     else:
         state = state.with_(attempt=attempt, error=error)
         ops = [*_exhausted(job._entry, state, job.payload, retry), claim]
@@ -181,19 +181,19 @@ def _fits(ops: list[Op], limit: int) -> bool:
     return all(len(op.value) <= limit for op in ops if isinstance(op, Update | Create))
 
 
-def _exhausted(entry: Entry, state: _jobs.State, payload: bytes, retry: Retry) -> list[Op]:
+def _exhausted(entry: Entry, state: _records.State, payload: bytes, retry: RetryPolicy) -> list[Op]:
     """Park the job in place, or move it to the dead letters (its last attempt failed)."""
     state = state.with_(not_before=0.0, claim=None)
     if retry.on_exhausted == "park":
-        return [Update(entry, _jobs.encode(state.with_(parked=True), payload))]
+        return [Update(entry, _records.encode(state.with_(parked=True), payload))]
     # A fresh entry id (the job's id is in the header): it can never meet another one.
-    dead = Create(retry.dead_prefix, f"@d{uuid.uuid4().hex}", _jobs.encode(state, payload))
+    dead = Create(retry.dead_prefix, f"@d{uuid.uuid4().hex}", _records.encode(state, payload))
     return [Remove(entry), dead]
 
 
 def lost_attempt(
-    entry: Entry, state: _jobs.State, payload: bytes, retry: Retry
-) -> tuple[_jobs.State, list[Op] | None]:
+    entry: Entry, state: _records.State, payload: bytes, retry: RetryPolicy
+) -> tuple[_records.State, list[Op] | None]:
     """A job whose last claim ended with neither an ack nor a release (its worker died,
     or was cut off): that attempt counts, so that a job which kills its worker every time
     (a poison pill) ends parked or dead-lettered instead of going round forever.
@@ -207,13 +207,13 @@ def lost_attempt(
     return state, _exhausted(entry, state, payload, retry)
 
 
-def release_ops(entry: Entry, state: _jobs.State, payload: bytes, claim: Entry) -> list[Op]:
+def release_ops(entry: Entry, state: _records.State, payload: bytes, claim: Entry) -> list[Op]:
     """Give a claimed job back as it was (no attempt counted)."""
-    return [Update(entry, _jobs.encode(state.with_(claim=None), payload)), Remove(claim)]
+    return [Update(entry, _records.encode(state.with_(claim=None), payload)), Remove(claim)]
 
 
 def release_soon(
-    session: Session, entry: Entry, state: _jobs.State, payload: bytes, claim: Entry
+    session: Session, entry: Entry, state: _records.State, payload: bytes, claim: Entry
 ) -> None:
     """Give back a claim that nobody will work on, in a task of the session (the caller
     was cancelled). Not a checkpoint."""

@@ -54,7 +54,7 @@ from .._core.exceptions import (
     SessionExpiredError,
 )
 from ..abc import Create, Remove
-from . import records as _jobs
+from . import records as _records
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -74,9 +74,9 @@ def check_job_id(job_id: object) -> str:
     """Return a valid job id given by the caller, else raise."""
     check_str(job_id, "job_id")
     assert isinstance(job_id, str)
-    if not job_id or len(job_id) > _jobs.MAX_JOB_ID_LENGTH or not job_id.isprintable():
+    if not job_id or len(job_id) > _records.MAX_JOB_ID_LENGTH or not job_id.isprintable():
         raise ConfigurationError(
-            f"a job_id must be 1 to {_jobs.MAX_JOB_ID_LENGTH} printable characters, "
+            f"a job_id must be 1 to {_records.MAX_JOB_ID_LENGTH} printable characters, "
             f"got {job_id!r:.80}"
         )
     return job_id
@@ -102,20 +102,20 @@ class Putter:
         self._latest: dict[str, object] = {}
         self._locks: dict[str, anyio.Lock] = {}
 
-    async def put(self, data: bytes, key: str | None, job_id: str | None) -> _jobs.JobRef:
+    async def put(self, data: bytes, key: str | None, job_id: str | None) -> _records.JobRef:
         """Queue a job (see the module docstring for what each ending means)."""
         if job_id is None:
             return await self._put_once(data, key, uuid.uuid4().hex)
         return await self._put_repeatable(data, key, check_job_id(job_id))
 
-    async def _put_once(self, data: bytes, key: str | None, job_id: str) -> _jobs.JobRef:
+    async def _put_once(self, data: bytes, key: str | None, job_id: str) -> _records.JobRef:
         waiter = f"@j{job_id}"
         session = await self._source.live()
         session.check()  # a session lost before anything is sent: not done
         try:
             position = await session.register(
                 self._jobs,
-                value=_jobs.encode(_jobs.State(id=job_id, key=key), data),
+                value=_records.encode(_records.State(id=job_id, key=key), data),
                 ahead=0,
                 waiter_id=lambda: waiter,
                 durable=True,
@@ -124,9 +124,9 @@ class Putter:
             )
         except (BackendUnavailable, SessionExpiredError, EntryGoneError) as exc:
             raise self._unknown(job_id, exc) from exc
-        return _jobs.JobRef(job_id, key, position.entry.revision)
+        return _records.JobRef(job_id, key, position.entry.revision)
 
-    async def _put_repeatable(self, data: bytes, key: str | None, job_id: str) -> _jobs.JobRef:
+    async def _put_repeatable(self, data: bytes, key: str | None, job_id: str) -> _records.JobRef:
         digest = _digest(job_id)
         waiter, token = f"@j{digest}", object()
         async with self._exclusive(waiter):
@@ -144,7 +144,7 @@ class Putter:
 
     async def _find_or_create(
         self, data: bytes, key: str | None, job_id: str, digest: str, token: object
-    ) -> _jobs.JobRef:
+    ) -> _records.JobRef:
         waiter, marker = f"@j{digest}", f"@t{digest}"
         for _ in range(3):  # a marker collected or made by someone else meanwhile: again
             session = await self._source.live()
@@ -158,12 +158,14 @@ class Putter:
                 continue  # the session was lost before anything was sent: on the next one
             record = json.dumps({"id": job_id, "key": key, "at": time.time()}).encode()
             ops = [
-                Create(self._jobs, waiter, _jobs.encode(_jobs.State(id=job_id, key=key), data)),
+                Create(
+                    self._jobs, waiter, _records.encode(_records.State(id=job_id, key=key), data)
+                ),
                 Create(self._ids, marker, record),
             ]
             made = await self._create(session, ops, job_id, token)
             if made is not None and made[0] is not None:  # no checkpoint from here on
-                return _jobs.JobRef(job_id, key, made[0].revision)
+                return _records.JobRef(job_id, key, made[0].revision)
         # Each try was refused, or not sent: this call queued nothing.
         raise BackendUnavailable(
             f"queue {self._name!r}: the put of job {job_id} did not go through in 3 tries "
@@ -205,19 +207,19 @@ class Putter:
 
     async def _existing(
         self, backend: Backend, waiter: str, marker: str, job_id: str
-    ) -> _jobs.JobRef | None:
+    ) -> _records.JobRef | None:
         """The job a repeated put finds: its marker within the window, or the job itself
         (queued or in flight; its marker may be gone). An expired marker is removed."""
         found = await backend.find(self._ids, marker, None)
         if found is not None:
             record = json.loads(found.value)
             if record["at"] + self._window > time.time():
-                return _jobs.JobRef(job_id, record["key"], found.revision)
+                return _records.JobRef(job_id, record["key"], found.revision)
             await backend.transact([Remove(found)])  # expired: refused if changed meanwhile
         job = await backend.find(self._jobs, waiter, None)
         if job is not None:
-            state, _ = _jobs.decode(job)
-            return _jobs.JobRef(job_id, state.key, job.revision)
+            state, _ = _records.decode(job)
+            return _records.JobRef(job_id, state.key, job.revision)
         return None
 
     async def _collect(self, session: Session) -> None:
@@ -301,7 +303,7 @@ class Putter:
         job = await backend.find(self._jobs, waiter, None)
         if job is None:
             return True  # never queued (or already gone)
-        state, _ = _jobs.decode(job)
+        state, _ = _records.decode(job)
         # Unclaimed: as it was made (when that is known), or never claimed by anyone.
         fresh = job.version == made.version if made is not None else state.claim is None
         if not fresh or state.attempt:

@@ -33,8 +33,8 @@ from .._core.exceptions import BackendUnavailable, ConfigurationError, JobNotFou
 from .._locks.mutex import Mutex
 from ..abc import Create, Remove, Update
 from . import claim as _claiming
-from . import records as _jobs
-from .endings import Exhausted, Retry, lost_attempt, release_soon, settle
+from . import records as _records
+from .endings import Exhausted, RetryPolicy, lost_attempt, release_soon, settle
 from .put import Putter
 from .records import DeadLetter, Job, JobRef
 
@@ -135,7 +135,7 @@ class Queue:
         self._jobs = f"{name}/_jobs/"
         self._claims = f"{name}/_claims/"
         self._dead = f"{name}/_dead/"
-        self._retry = Retry(
+        self._retry = RetryPolicy(
             max_attempts, on_exhausted, float(retry_delay), float(max_retry_delay), self._dead
         )
         self._turn = Mutex(source, _keys.internal_name(name, "_turn"))
@@ -154,7 +154,7 @@ class Queue:
         limit less the room kept for the job's header as stored (its key, attempt,
         backoff, claim and last failure message, cut to fit), so that every claim,
         retry, park and dead letter of the job fits too."""
-        return _jobs.max_payload(self._source.backend.max_value_size)
+        return _records.max_payload(self._source.backend.max_value_size)
 
     # -- producers ------------------------------------------------------------------------
 
@@ -188,8 +188,8 @@ class Queue:
             key or job id
         :raises OutcomeUnknown: if the request was sent and no answer came
         """
-        key = _jobs.check_key(key)
-        data = _jobs.check_payload(payload, self._source.backend.max_value_size)
+        key = _records.check_key(key)
+        data = _records.check_payload(payload, self._source.backend.max_value_size)
         return await self._putter.put(data, key, job_id)
 
     # -- workers --------------------------------------------------------------------------
@@ -235,7 +235,7 @@ class Queue:
             except BackendUnavailable:
                 await _retry.backoff(attempt)
                 continue
-            live = {_jobs.id_of(e.key) for e in claims.entries}
+            live = {_records.id_of(e.key) for e in claims.entries}
             pick = _claiming.choose(jobs.entries, live, time.time())
             if pick.entry is None and limit is not None and len(jobs.entries) >= limit:
                 # Nothing claimable among the oldest: read further (all of it at last).
@@ -267,7 +267,7 @@ class Queue:
         """The dead-letter list, oldest first. A checkpoint; one read."""
         letters = []
         for entry in (await self._source.read(lambda b: b.entries(self._dead))).entries:
-            state, payload = _jobs.decode(entry)
+            state, payload = _records.decode(entry)
             letters.append(
                 DeadLetter(state.id, state.key, payload, state.attempt, state.error, entry.revision)
             )
@@ -283,14 +283,14 @@ class Queue:
         check_str(job_id, "job_id")
         backend = self._source.backend
         for entry in (await self._source.read(lambda b: b.entries(self._dead))).entries:
-            state, payload = _jobs.decode(entry)
+            state, payload = _records.decode(entry)
             if state.id != job_id:
                 continue
-            fresh = _jobs.State(id=job_id, key=state.key)
+            fresh = _records.State(id=job_id, key=state.key)
             ops: list[Op] = [
                 Remove(entry),
                 # A fresh entry id (the job keeps its id, in the header).
-                Create(self._jobs, f"@j{uuid.uuid4().hex}", _jobs.encode(fresh, payload)),
+                Create(self._jobs, f"@j{uuid.uuid4().hex}", _records.encode(fresh, payload)),
             ]
             done = await backend.transact(ops)
             if done is not None and done[1] is not None:
@@ -303,13 +303,13 @@ class Queue:
 
         :raises TypeError: if *key* is neither a str nor None
         """
-        key = _jobs.check_key(key)
+        key = _records.check_key(key)
         backend = self._source.backend
         unparked = 0
         while True:
             refused = 0
             for entry in (await self._source.read(lambda b: b.entries(self._jobs))).entries:
-                state, payload = _jobs.decode(entry)
+                state, payload = _records.decode(entry)
                 if (
                     state.key != key
                     or not state.parked
@@ -322,7 +322,9 @@ class Queue:
                 # our lease, deleted by a task of the session: it cannot stay behind.
                 session = await self._source.live()
                 nudge = Create(self._claims, f"@c{uuid.uuid4().hex}", lease=session.lease)
-                done = await backend.transact([Update(entry, _jobs.encode(fresh, payload)), nudge])
+                done = await backend.transact(
+                    [Update(entry, _records.encode(fresh, payload)), nudge]
+                )
                 if done is not None and done[1] is not None:
                     session.discard(done[1])
                 unparked += done is not None
@@ -335,12 +337,12 @@ class Queue:
         reads (not one snapshot: the counts may be a moment apart)."""
         jobs = await self._source.read(lambda b: b.entries(self._jobs))
         claims = await self._source.read(lambda b: b.entries(self._claims))
-        live = {_jobs.id_of(e.key) for e in claims.entries}
+        live = {_records.id_of(e.key) for e in claims.entries}
         dead = len((await self._source.read(lambda b: b.entries(self._dead))).entries)
         keys: dict[str, list[int]] = {}
         totals = [0, 0, 0]
         for entry in jobs.entries:
-            state, _ = _jobs.decode(entry)
+            state, _ = _records.decode(entry)
             counts = (1, int(state.claim in live), int(state.parked))
             totals = [a + b for a, b in zip(totals, counts, strict=True)]
             if state.key is not None:

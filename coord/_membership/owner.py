@@ -19,7 +19,7 @@ import anyio.lowlevel
 from .._core.exceptions import ClosedError, SessionExpiredError
 from .._core.keys import new_waiter_id_of
 from .assignment import partition_of
-from .partition import Block, Part, PartitionHold, PartitionLock, lock_name
+from .partition import PartitionBlock, PartitionHold, PartitionLock, PartitionState, lock_name
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
@@ -93,7 +93,7 @@ class Owner:
         self._partitions = partitions
         self.membership: Membership | None = None  # set when joined
         self._record: Record | None = None  # the newest assignment read
-        self._parts: dict[int, Part] = {}
+        self._parts: dict[int, PartitionState] = {}
         self._version = 0
         self._event = anyio.Event()
         self._tg: anyio.abc.TaskGroup | None = None
@@ -172,7 +172,7 @@ class Owner:
             :meth:`assignments`); while waiting, if the partition is taken away or lost
             before it is owned
         """
-        return Block(self._parts, lambda: self._event, self._name, partition)
+        return PartitionBlock(self._parts, lambda: self._event, self._name, partition)
 
     # -- the owner's tasks ------------------------------------------------------------------
 
@@ -204,7 +204,7 @@ class Owner:
         if part is not None and part.why is None:
             return
         assert self._tg is not None
-        part = self._parts[number] = Part(number, self._changed)
+        part = self._parts[number] = PartitionState(number, self._changed)
         self._tg.start_soon(self._keep, part)
 
     def _end(self, why: str) -> None:
@@ -214,7 +214,7 @@ class Owner:
             part.end(why)
         self._changed()
 
-    async def _keep(self, part: Part) -> None:
+    async def _keep(self, part: PartitionState) -> None:
         """Own *part* until it is taken away or lost; release it once its blocks ended."""
         lock = PartitionLock(self._source, lock_name(self._name, part.number))
         hold: Hold | None = None  # (a PartitionHold)
@@ -272,7 +272,7 @@ class Owner:
             self._take(number)
             self._changed()
 
-    def _forget(self, part: Part) -> None:
+    def _forget(self, part: PartitionState) -> None:
         if self._parts.get(part.number) is part:
             del self._parts[part.number]
         self._changed()

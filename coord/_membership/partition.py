@@ -6,10 +6,10 @@ is the holder, so that at most one member owns a partition whatever the members 
 a partition is taken only once its previous owner released it or lost its session, and
 its fence is the lock's (strictly increasing from owner to owner).
 
-Work on a partition runs in ``async with owner.partition(p)`` (:class:`Block`): a scope
-that is cancelled when the partition goes (:meth:`Part.end`). Taken away, the partition
+Work on a partition runs in ``async with owner.partition(p)`` (:class:`PartitionBlock`): a scope
+that is cancelled when the partition goes (:meth:`PartitionState.end`). Taken away, the partition
 is released only after every such block has ended (:meth:`coord.Owner._keep` waits for
-:attr:`Part.idle`), so that the next owner starts after this one stopped; lost, its
+:attr:`PartitionState.idle`), so that the next owner starts after this one stopped; lost, its
 blocks are cancelled as soon as the loss is known, which the lease's local deadline
 makes sure is before the store lets another member take it.
 """
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from types import TracebackType
 
-__all__ = ["Block", "Part", "PartitionHold", "PartitionLock", "lock_name"]
+__all__ = ["PartitionBlock", "PartitionHold", "PartitionLock", "PartitionState", "lock_name"]
 
 
 def lock_name(name: str, partition: int) -> str:
@@ -65,7 +65,7 @@ class PartitionLock(TaskLock):
     _counted = False
 
 
-class Part:
+class PartitionState:
     """The state of one partition given to this member."""
 
     def __init__(self, number: int, changed: Callable[[], None]) -> None:
@@ -99,7 +99,7 @@ class Part:
             self.end(f"it was lost ({self.hold._why()})")
 
 
-class Block:
+class PartitionBlock:
     """``async with owner.partition(p)``: a scope cancelled when the partition goes.
 
     :param parts: the member's partitions, by number (each one the assignment gives it,
@@ -109,7 +109,7 @@ class Block:
 
     def __init__(
         self,
-        parts: Mapping[int, Part],
+        parts: Mapping[int, PartitionState],
         changed: Callable[[], anyio.Event],
         name: str,
         number: int,
@@ -118,14 +118,14 @@ class Block:
         self._changed = changed
         self._name = name
         self._number = number
-        self._part: Part | None = None
+        self._part: PartitionState | None = None
         self._scope: anyio.CancelScope | None = None
 
-    async def _owned(self) -> Part:
+    async def _owned(self) -> PartitionState:
         """The part, once owned: at once if it is, after the acquire if the assignment
         gives it to this member and its previous owner has yet to let it go."""
         await anyio.lowlevel.checkpoint()
-        waited: Part | None = None  # the part waited for (gone, it says why)
+        waited: PartitionState | None = None  # the part waited for (gone, it says why)
         while True:
             part = self._parts.get(self._number)
             if part is not None and part.usable:

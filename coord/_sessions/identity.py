@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from ..abc import Entry
 
 __all__ = [
-    "TIME_ROOM",
     "Waiter",
     "Wrapped",
     "check_identity",
@@ -37,6 +36,7 @@ __all__ = [
     "since_of",
     "unwrap",
     "waiter_value",
+    "waiter_value_size",
     "wrap",
     "wrapped_room",
 ]
@@ -65,12 +65,23 @@ def identity(name: str | None = None) -> dict[str, Any]:
     return who
 
 
-def waiter_value(who: dict[str, Any], **extra: Any) -> bytes:
+def waiter_value(who: dict[str, Any], *, since: float | None = None, **extra: Any) -> bytes:
     """The value of a new waiter key: *who* registers it (and *extra*, what the recipe
-    records), and ``since``, the wall-clock time of the registration (Unix seconds), so
-    that tools can show how long each has waited or held."""
-    record = {**who, **extra, "since": round(time.time(), 3)}
+    records), and ``since``, the wall-clock time of the registration (Unix seconds, now
+    unless given), so that tools can show how long each has waited or held."""
+    record = {**who, **extra, "since": round(time.time(), 3) if since is None else since}
     return json.dumps(record, separators=(",", ":")).encode()
+
+
+#: The widest registration time :func:`waiter_value` writes (until the year 2286): sizes
+#: checked with it hold whatever the clock says when the value is written.
+_WIDEST_TIME = 9_999_999_999.999
+
+
+def waiter_value_size(who: dict[str, Any], **extra: Any) -> int:
+    """The most bytes ``waiter_value(who, **extra)`` takes, whenever it is written (the
+    same answer at every call: a size check must not pass a moment and fail the next)."""
+    return len(waiter_value(who, since=_WIDEST_TIME, **extra))
 
 
 def parse_identity(value: bytes) -> dict[str, Any]:
@@ -85,10 +96,6 @@ def parse_identity(value: bytes) -> dict[str, Any]:
     return {}
 
 
-#: Room for the registration time's digits to grow between a size check and the write.
-TIME_ROOM = 16
-
-
 def wrap(who: dict[str, Any], value: bytes, **extra: Any) -> bytes:
     """A waiter value (:func:`waiter_value`: *who*, *extra*, when) around a user's
     *value*, which goes in as base64."""
@@ -97,10 +104,9 @@ def wrap(who: dict[str, Any], value: bytes, **extra: Any) -> bytes:
 
 def wrapped_room(who: dict[str, Any], max_value_size: int, **extra: Any) -> int:
     """The largest user value that :func:`wrap` fits in *max_value_size* bytes (the
-    record as this client writes it, JSON escapes included, with room for the time's
-    digits; base64 takes 4 bytes for 3)."""
-    record = len(waiter_value(who, **extra, value="")) + TIME_ROOM
-    return max((max_value_size - record) // 4 * 3, 0)
+    record as this client writes it, JSON escapes included, the registration time at its
+    widest; base64 takes 4 bytes for 3)."""
+    return max((max_value_size - waiter_value_size(who, **extra, value="")) // 4 * 3, 0)
 
 
 @dataclass(frozen=True)

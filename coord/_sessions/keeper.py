@@ -29,7 +29,7 @@ from .._core.background import BackgroundTasks
 from .._core.checks import check_bool, check_ttl
 from .._core.exceptions import ClosedError, SessionExpiredError
 from .._core.stats import Counters
-from . import identity as _waiters
+from . import identity as _identity
 from .readers import Readers
 from .session import NOT_OPEN, Session, SessionSource
 
@@ -85,7 +85,7 @@ class SessionKeeper(SessionSource, AsyncResource):
         identity: dict[str, Any] | None = None,
     ) -> None:
         check_bool(renew, "renew")
-        self.identity = identity if identity is not None else _waiters.identity()
+        self.identity = identity if identity is not None else _identity.identity()
         self.counters: Counters = Counters()
         self._backend = backend
         self._ttl = check_ttl(ttl, backend.max_ttl, type(backend).__name__)

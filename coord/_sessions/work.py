@@ -243,7 +243,7 @@ class OwnedWork(ABC):
         (deleted, or not there) goes to *outcome*."""
         for attempt in _retry.attempts():
             try:
-                async with _slot(self.in_flight):
+                async with _Slot(self.in_flight):
                     outcome.append(await self.backend.delete(entry))
                 return
             except SessionExpiredError:
@@ -257,7 +257,7 @@ class OwnedWork(ABC):
                 await _retry.backoff(attempt)
 
 
-class _slot:  # used as a function: ``async with _slot(semaphore)``
+class _Slot:  # used as a function: ``async with _Slot(semaphore)``
     """``async with in_flight``, without the checkpoint of a free slot: these tasks are
     the session's, checkpointed by the request they make, and anyio's acquire yields to
     the event loop even when it does not wait (two loop turns per acquisition)."""
@@ -369,7 +369,7 @@ class _Registration:
         backend = session.backend
         for attempt in _retry.attempts():
             try:
-                async with _slot(session.in_flight):
+                async with _Slot(session.in_flight):
                     self.sent = True
                     return await backend.register(
                         self.prefix,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from coord._jobs import records as _jobs
+from coord._jobs import records as _records
 from coord._sessions.identity import parse_identity
 
 from ._common import NAME, count, identity_in, run, show_identity
@@ -98,13 +98,13 @@ async def _jobs_of(client: coord.Client, name: str) -> list[dict[str, Any]]:
     backend = client.backend
     entries = (await backend.entries(f"{name}/_jobs/")).entries
     claims = {
-        _jobs.id_of(e.key): identity_in(parse_identity(e.value))
+        _records.id_of(e.key): identity_in(parse_identity(e.value))
         for e in (await backend.entries(f"{name}/_claims/")).entries
     }
     first_of_key: dict[str, str] = {}  # a key's oldest job runs first, the others wait
     jobs = []
     for entry in entries:
-        state, payload = _jobs.decode(entry)
+        state, payload = _records.decode(entry)
         claimed = state.claim is not None and state.claim in claims
         behind = first_of_key.setdefault(state.key, state.id) if state.key else state.id
         jobs.append(
@@ -122,7 +122,7 @@ async def _jobs_of(client: coord.Client, name: str) -> list[dict[str, Any]]:
     return jobs
 
 
-def _what(state: _jobs.State, claimed: bool, *, waiting: bool) -> str:
+def _what(state: _records.State, claimed: bool, *, waiting: bool) -> str:
     if state.parked:
         return "parked"
     if claimed:

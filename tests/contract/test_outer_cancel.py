@@ -24,9 +24,11 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 import coord
+from coord.testing import wait_for_no_waiters
 
 from .conftest import ASYNCIO_STORES
 
@@ -265,3 +267,37 @@ async def test_a_session_used_alone_outlives_an_outer_cancellation(coord_url: st
         assert wrong == []
         with anyio.fail_after(10):
             await got.wait()
+
+
+async def test_a_client_cancelled_at_any_step_of_its_life_ends_and_leaves_nothing(
+    coord_url: str,
+) -> None:
+    """Cancelled at its n-th checkpoint, for n across a whole life (open, acquire, hold,
+    release, close): the client ends (a cancelled start of its shielded tasks once waited
+    for them forever) and leaves no key behind."""
+    name = "any-step"
+    cut, whole = 0, False
+    async with coord.connect(coord_url, ttl=5.0) as other:
+        for n in range(0, 2000, 7):
+            with anyio.fail_after(10):
+                async with anyio.create_task_group() as tg:
+                    with anyio.CancelScope() as life:
+                        tg.start_soon(_cancel_after, n, life)
+                        async with coord.connect(coord_url, ttl=5.0) as client:
+                            async with client.mutex(name):
+                                await anyio.lowlevel.checkpoint()
+                        whole = True
+                    tg.cancel_scope.cancel()
+            cut += life.cancelled_caught
+            if whole:
+                break
+        with anyio.fail_after(10):
+            await wait_for_no_waiters(other, name)
+    assert cut > 0
+    assert whole, "no n let a whole life run: raise the range"
+
+
+async def _cancel_after(n: int, scope: anyio.CancelScope) -> None:
+    for _ in range(n):
+        await anyio.lowlevel.checkpoint()
+    scope.cancel()

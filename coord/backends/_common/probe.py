@@ -42,7 +42,7 @@ from ..._core.exceptions import BackendUnavailable
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-__all__ = ["GRPC", "KAFKA", "ZOOKEEPER", "Protocol", "first_contact"]
+__all__ = ["GRPC", "KAFKA", "ZOOKEEPER", "WireProtocol", "first_contact"]
 
 # A member that answered in another protocol answers the others' openings as quickly.
 _IDENTIFY_TIMEOUT = 1.0
@@ -52,7 +52,7 @@ _MAX_ANSWER = 4096
 
 
 @dataclass(frozen=True)
-class Protocol:
+class WireProtocol:
     """How to tell a store's servers: the bytes a client sends first, and whether an
     answer is theirs.
 
@@ -83,17 +83,17 @@ def _zookeeper_answer(answer: bytes) -> bool:
 _KAFKA_CORRELATION = 0x636F6F72  # "coor"
 _KAFKA_API_VERSIONS = struct.pack(">hhih", 18, 0, _KAFKA_CORRELATION, 5) + b"coord"
 
-GRPC = Protocol(
+GRPC = WireProtocol(
     "etcd's protocol (gRPC over HTTP/2)",
     "an HTTP/2 (gRPC) server: etcd?",
     b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\0\0\0\x04\0\0\0\0\0",
     9,
     _settings_frame,
 )
-ZOOKEEPER = Protocol(
+ZOOKEEPER = WireProtocol(
     "the ZooKeeper protocol", "a ZooKeeper server", b"isro\r\n", None, _zookeeper_answer
 )
-KAFKA = Protocol(
+KAFKA = WireProtocol(
     "the Kafka protocol",
     "a Kafka broker",
     struct.pack(">i", len(_KAFKA_API_VERSIONS)) + _KAFKA_API_VERSIONS,
@@ -120,7 +120,7 @@ class _Member:
 
 
 async def _exchange(
-    member: _Member, protocol: Protocol, tls: ssl.SSLContext | None = None
+    member: _Member, protocol: WireProtocol, tls: ssl.SSLContext | None = None
 ) -> bytes:
     """Send *protocol*'s opening to *member*; its answer (b"" if it closed without one).
 
@@ -149,7 +149,7 @@ async def _exchange(
     return answer
 
 
-async def _check(member: _Member, protocol: Protocol, tls: ssl.SSLContext | None) -> bool:
+async def _check(member: _Member, protocol: WireProtocol, tls: ssl.SSLContext | None) -> bool:
     """Whether *member* speaks *protocol*; else ``member.problem`` says why not."""
     answer: bytes | None = None
     async with anyio.create_task_group() as tg:
@@ -186,7 +186,7 @@ async def _check(member: _Member, protocol: Protocol, tls: ssl.SSLContext | None
     return False
 
 
-def _speaks_other(member: _Member, protocol: Protocol, found: Protocol) -> str:
+def _speaks_other(member: _Member, protocol: WireProtocol, found: WireProtocol) -> str:
     return f"{member} does not speak {protocol.name} (it answers as {found.server})"
 
 
@@ -199,13 +199,13 @@ def _reason(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
-async def _identify(member: _Member, wanted: Protocol) -> Protocol | None:
+async def _identify(member: _Member, wanted: WireProtocol) -> WireProtocol | None:
     """The other known protocol that *member* answers in, if any (asked all at once)."""
-    found: list[Protocol] = []
+    found: list[WireProtocol] = []
     with anyio.move_on_after(_IDENTIFY_TIMEOUT):
         async with anyio.create_task_group() as tg:
 
-            async def ask(protocol: Protocol) -> None:
+            async def ask(protocol: WireProtocol) -> None:
                 try:
                     answer = await _exchange(_Member(member.host, member.port), protocol)
                 except OSError:
@@ -222,7 +222,7 @@ async def _identify(member: _Member, wanted: Protocol) -> Protocol | None:
 
 async def first_contact(
     what: str,
-    protocol: Protocol,
+    protocol: WireProtocol,
     endpoints: Sequence[tuple[str, int]],
     *,
     connect_timeout: float,

@@ -16,7 +16,7 @@ The lock algorithm of etcd's own ``client/v3/concurrency``:
   (``_waitqueue.py``);
 * delete — ``If(CreateRevision(key) == mine) Then(Delete(key))`` (etcd #22082).
 
-Keys are ``<namespace>/<name>/@<waiter id>``. Queues are ranges ``<prefix>@`` .. so that a
+Keys are ``<namespace>/<name>/@<waiter id>``. WaitQueues are ranges ``<prefix>@`` .. so that a
 nested name's keys are never part of its parent's queue.
 """
 
@@ -52,7 +52,7 @@ from ._kv import (
 )
 from ._lease import grant
 from ._register import Registrar
-from ._waitqueue import Queues, entries_of, fence_revision, order_key, order_of, queue_range
+from ._waitqueue import WaitQueues, entries_of, fence_revision, order_key, order_of, queue_range
 from ._watch import Guard, HandOver, WatchCompacted, WatchStream
 
 if TYPE_CHECKING:
@@ -127,7 +127,7 @@ class EtcdBackend(Backend):
         self._root = (namespace.strip("/") + "/").encode() if namespace else b""
         self._url = format_url("etcd", endpoints, namespace, username)
         self._watches = WatchStream(self._conn)
-        self._queues = Queues(self)
+        self._queues = WaitQueues(self)
         self._registrar = Registrar(self, self._queues)
         self._tg: BackgroundTasks | None = None
 
@@ -163,10 +163,14 @@ class EtcdBackend(Backend):
         await first_contact(
             "etcd", GRPC, self._conn.endpoints, connect_timeout=self._connect_timeout, tls=tls
         )
-        await self._conn.open()
         self._tg = BackgroundTasks()  # until aclose(), whatever scope around is cancelled
-        await self._tg.open()
-        await self._tg.start(self._watches.run)
+        try:
+            await self._conn.open()
+            await self._tg.open()
+            await self._tg.start(self._watches.run)
+        except BaseException:
+            await self.aclose()  # (cancelled, say: no connection, no task is left)
+            raise
         return self
 
     async def aclose(self) -> None:

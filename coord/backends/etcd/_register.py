@@ -35,8 +35,8 @@ from ._waitqueue import (
     IDLE,
     SUB,
     SUB_BITS,
-    Backend,
-    Queues,
+    EtcdCalls,
+    WaitQueues,
     delete_op,
     drop_ops,
     entries_of,
@@ -140,7 +140,7 @@ class _Request:
 class Registrar:
     """The ordered registrations of one backend."""
 
-    def __init__(self, backend: Backend, queues: Queues) -> None:
+    def __init__(self, backend: EtcdCalls, queues: WaitQueues) -> None:
         self._b = backend
         self._queues = queues
         # Last seen tail of each prefix.

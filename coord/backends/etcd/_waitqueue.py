@@ -94,7 +94,7 @@ if TYPE_CHECKING:
     from ..._core.background import BackgroundTasks
     from ._connection import Connection
 
-__all__ = ["Queues", "fence_revision", "order_of"]
+__all__ = ["WaitQueues", "fence_revision", "order_of"]
 
 _BY_KEY = rpc.RangeRequest.SortTarget.Value("KEY")
 #: Most waiters registered by one transaction (etcd's --max-txn-ops is 128 by default),
@@ -224,7 +224,7 @@ def delete_op(key: bytes) -> Any:
     return rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key))
 
 
-class Backend(Protocol):
+class EtcdCalls(Protocol):
     """What the queues use of the etcd backend."""
 
     _conn: Connection
@@ -241,10 +241,10 @@ class Backend(Protocol):
     def _entry(self, kv: Any) -> Entry: ...
 
 
-class Queues:
+class WaitQueues:
     """Where an ordered waiter entry stands, and what deletes it."""
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: EtcdCalls) -> None:
         self._b = backend
         # The keys of the entries read as the first of their queues, until deleted (a
         # dict: insertion-ordered, so that the oldest half goes if it ever grows large,

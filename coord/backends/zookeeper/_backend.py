@@ -24,7 +24,7 @@ from ._options import Options, check_hosts, url_options
 from ._paths import Paths, sharded_name
 from ._plain import PlainKeys
 from ._sizes import RequestSizes
-from ._waitqueue import Queues
+from ._waitqueue import WaitQueues
 from ._watches import WatchRegistry
 from ._wire import State
 
@@ -104,7 +104,7 @@ class ZooKeeperBackend(FaultHooks, Backend):
             url=self._url,
         )
         self._nodes = Nodes(self._conn, self._paths)
-        self._queues = Queues(self._conn, self._nodes, self._paths, self._watches)
+        self._queues = WaitQueues(self._conn, self._nodes, self._paths, self._watches)
         self._plain = PlainKeys(self._conn, self._nodes, self._paths)
         self._multi = Transactions(self._conn, self._nodes, self._paths, self._queues)
         self._lease: ZooKeeperLease | None = None
@@ -137,10 +137,14 @@ class ZooKeeperBackend(FaultHooks, Backend):
         await self._conn.first_contact()
         self._grant_lock = anyio.Lock()
         self._tg = BackgroundTasks()  # until aclose(), whatever scope around is cancelled
-        await self._tg.open()
-        self._conn.task_group = self._tg
-        await self._tg.start(self._policy.run)
-        await self._tg.start(self._watches.run)
+        try:
+            await self._tg.open()
+            self._conn.task_group = self._tg
+            await self._tg.start(self._policy.run)
+            await self._tg.start(self._watches.run)
+        except BaseException:
+            await self.aclose()  # (cancelled, say: nothing of it is left running)
+            raise
         return self
 
     async def aclose(self) -> None:

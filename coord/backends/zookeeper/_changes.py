@@ -34,7 +34,7 @@ from ._paths import is_sharded, parse_waiter, shard_index
 if TYPE_CHECKING:
     from ._connection import Connection
     from ._paths import Paths
-    from ._waitqueue import Queues
+    from ._waitqueue import WaitQueues
     from ._watches import WatchRegistry
 
 __all__ = ["ChildChanges"]
@@ -47,7 +47,7 @@ class ChildChanges:
     def __init__(
         self,
         conn: Connection,
-        queues: Queues,
+        queues: WaitQueues,
         watches: WatchRegistry,
         paths: Paths,
         prefix: str,

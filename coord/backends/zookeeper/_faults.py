@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ._lease import SessionPolicy
     from ._options import Options
     from ._paths import Paths
-    from ._waitqueue import Queues
+    from ._waitqueue import WaitQueues
 
 __all__ = [
     "FaultHooks",
@@ -147,7 +147,7 @@ class FaultHooks:
     _options: Options
     _paths: Paths
     _conn: Connection
-    _queues: Queues
+    _queues: WaitQueues
     _policy: SessionPolicy
 
     def _check_open(self) -> None:

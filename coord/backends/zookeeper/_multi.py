@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from ._connection import Connection
     from ._nodes import Nodes
     from ._paths import Paths
-    from ._waitqueue import Queues
+    from ._waitqueue import WaitQueues
 
 __all__ = ["Transactions"]
 
@@ -47,7 +47,7 @@ _PARENT_ATTEMPTS = 5
 class Transactions:
     """The multi requests of one backend."""
 
-    def __init__(self, conn: Connection, nodes: Nodes, paths: Paths, queues: Queues) -> None:
+    def __init__(self, conn: Connection, nodes: Nodes, paths: Paths, queues: WaitQueues) -> None:
         self._conn = conn
         self._nodes = nodes
         self._paths = paths

@@ -75,7 +75,7 @@ if TYPE_CHECKING:
     from ._watches import WatchRegistry
     from ._wire import WireClient
 
-__all__ = ["Queues", "committing", "entry_of"]
+__all__ = ["WaitQueues", "committing", "entry_of"]
 
 log = logging.getLogger("coord.backends.zookeeper")
 
@@ -106,7 +106,7 @@ def entry_of(key: str, data: bytes | None, stat: Any) -> Entry:
     return Entry(key, data or b"", revision, stat.version, stat.ephemeralOwner)
 
 
-class Queues:
+class WaitQueues:
     """The waiter-queue operations of one backend."""
 
     def __init__(
