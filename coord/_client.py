@@ -256,7 +256,11 @@ class Client(AsyncResource):
             raise ClosedError("a Client can be opened only once")
         self._entered = True
         _check_event_loop(self._backend)
-        await self._backend.__aenter__()
+        try:
+            await self._backend.__aenter__()
+        except BaseException:
+            await self._backend.aclose()  # whatever it opened before it failed
+            raise
         try:
             if isinstance(self._source, NoSessions):
                 self._source.open()

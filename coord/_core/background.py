@@ -37,12 +37,14 @@ async def close_on_exit(aclose: Callable[[], Awaitable[None]], error: BaseExcept
     In a cancelled scope the close ends with that scope's cancellation (its tasks are
     waited for, which is a checkpoint). Raised from ``__aexit__`` it would replace the
     block's own error, and the scope would swallow both: so while an error propagates,
-    that error goes on instead (the cancellation is still pending in its scope).
+    that error goes on instead (the cancellation is still pending in its scope, and is
+    raised again at the next checkpoint). Only a scope's: a native asyncio
+    ``task.cancel()`` is delivered once, and would be lost.
     """
     try:
         await aclose()
     except anyio.get_cancelled_exc_class():
-        if error is None:
+        if error is None or anyio.current_effective_deadline() != float("-inf"):
             raise
 
 
@@ -78,11 +80,18 @@ class BackgroundTasks:
         self._outer = outer
 
     async def _host(self, scope: anyio.CancelScope, ready: anyio.Event) -> None:
-        with scope:
-            async with anyio.create_task_group() as tasks:
-                self._tasks = tasks
-                ready.set()
-                await anyio.sleep_forever()  # until aclose() cancels the scope
+        try:
+            with scope:
+                async with anyio.create_task_group() as tasks:
+                    self._tasks = tasks
+                    ready.set()
+                    await anyio.sleep_forever()  # until aclose() cancels the scope
+        except BaseExceptionGroup as group:
+            # A task's crash, raised as itself: the outer group wraps it once, as a
+            # plain task group in the owner's task did.
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
 
     def start_soon(self, func: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
         """Run ``func(*args)`` in a task until :meth:`aclose`. Not a checkpoint."""

@@ -72,7 +72,7 @@ class Mutex(TaskLock):
     a key deleted by another client). FIFO holds within a client, and across
     clients per key: another client waits for at most k + 1 holds of each client ahead
     of it. For many tasks of few processes on one lock, it removes most of the round
-    trips (see the README's benchmarks).
+    trips (see docs/benchmarks.md).
 
     :param session: where the waiter keys' lease comes from: a client's sessions (which
         renew) or one :class:`coord.Session`

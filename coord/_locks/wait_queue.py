@@ -127,44 +127,10 @@ async def _queue(
     except (SessionExpiredError, EntryGoneError):
         return None  # the session is lost (the next one, if any), or the key went
     hold = hold_type(name, session, position)
-    backend = session.backend
-    ahead, kind = rule.ahead, rule.kind
-    # An exclusive waiter's backend may prove from the deletion it saw that my entry is
-    # the first now (etcd: the hand-over of its _queue.py), sparing the read after it.
-    exclusive = rule == EXCLUSIVE
-    # Each store call is awaited directly, and the session's retry (a frame, a partial)
-    # made only after an outage: a waiter's memory is mostly what it waits with.
     try:
         try:
             with hold._waiting():
-                while True:
-                    if check is not None:
-                        check(position)
-                    blockers = rule.blockers(position)
-                    if not blockers and not session.lease.interrupted:
-                        break
-                    hold._waited = True
-                    if not blockers:  # interrupted: grant nothing until it resumes
-                        await session.lease.wait_resumed()
-                    else:
-                        mine = position.entry if exclusive else None
-                        try:
-                            proven = await backend.wait_deleted(
-                                blockers, revision=position.revision, entry=mine
-                            )
-                        except BackendUnavailable as exc:
-                            wait = partial(
-                                backend.wait_deleted, blockers, revision=position.revision
-                            )
-                            proven = await session.retry(wait, failed=exc)
-                        if proven is not None:
-                            position = proven
-                            continue
-                    try:
-                        position = await backend.position(position.entry, ahead=ahead, kind=kind)
-                    except BackendUnavailable as exc:
-                        read = partial(backend.position, position.entry, ahead=ahead, kind=kind)
-                        position = await session.retry(read, failed=exc)
+                await _until_turn(session, hold, position, rule, check)
         finally:
             hold._scope = None
     except EntryGoneError:
@@ -181,6 +147,51 @@ async def _queue(
         return None
     hold._grant()
     return hold
+
+
+async def _until_turn(
+    session: Session,
+    hold: Hold,
+    position: Position,
+    rule: Rule,
+    check: Callable[[Position], None] | None,
+) -> None:
+    """Wait until *rule* says my turn has come (and the lease is not interrupted):
+    wait for the deletion of an entry I must outlive, then read my position again (which
+    also checks that my entry still exists), unless the backend proves it from that
+    deletion. Each store call is awaited here directly, and the session's retry (a
+    frame, a partial) made only after an outage: a waiter's memory is mostly what it
+    waits with."""
+    backend = session.backend
+    ahead, kind = rule.ahead, rule.kind
+    # An exclusive waiter's backend may prove from the deletion it saw that my entry is
+    # the first now (etcd: the hand-over of its _waitqueue.py), sparing the read after it.
+    mine = position.entry if rule == EXCLUSIVE else None
+    while True:
+        if check is not None:
+            check(position)
+        blockers = rule.blockers(position)
+        if not blockers and not session.lease.interrupted:
+            return
+        hold._waited = True
+        if not blockers:  # interrupted: grant nothing until it resumes
+            await session.lease.wait_resumed()
+        else:
+            try:
+                proven = await backend.wait_deleted(
+                    blockers, revision=position.revision, entry=mine
+                )
+            except BackendUnavailable as exc:
+                wait = partial(backend.wait_deleted, blockers, revision=position.revision)
+                proven = await session.retry(wait, failed=exc)
+            if proven is not None:
+                position = proven
+                continue
+        try:
+            position = await backend.position(position.entry, ahead=ahead, kind=kind)
+        except BackendUnavailable as exc:
+            read = partial(backend.position, position.entry, ahead=ahead, kind=kind)
+            position = await session.retry(read, failed=exc)
 
 
 async def try_turn(

@@ -10,24 +10,11 @@ Layout under the partitioner's name ``n``:
 * ``n/_partitions/<p>/@…``: the lock of partition ``p`` (:mod:`coord._membership.owner`): its holder
   owns it.
 
-**Why a coordinator.** A sticky assignment needs the previous one (a pure function of the
-membership cannot be both exactly balanced and move only what a join or a leave needs),
-so one member computes it from the previous record and the membership it just read, and
-stores it: the *coordinator*, the member that joined first (the head of the group's
-queue; the others each watch only the member ahead of them, as lock waiters do, and the
-next in line takes over when it leaves or dies). It writes in one transaction that
-checks its own membership still exists and replaces the record it read, so a coordinator
-that was paused and expired writes nothing. Every member follows the record (one watch,
-one wake per change) and queues for the locks of the partitions it gives it, letting go
-of the others; a membership change wakes the coordinator once and then every member
-once. Versus every member computing from the same snapshot: one write per change instead
-of one per member, and no stored state that the members must agree on first.
-
-**Why safety does not rest on it.** Ownership is the partition's lock, so two records
-(a paused coordinator's and its successor's) or a member acting on an old one can only
-delay a move, never make two owners: the next owner queues behind the previous one's key
-and gets the lock when that key is deleted (released, or its session expired), with a
-higher fence.
+One member, the first in join order, computes the assignment and stores it (the
+*coordinator*); every member follows the stored record and queues for its partitions'
+locks. Ownership is the partition's lock, so a stale record can only delay a move, never
+make two owners. Why a coordinator, and why safety does not rest on it:
+``docs/design/partitioner.md``.
 """
 
 from __future__ import annotations

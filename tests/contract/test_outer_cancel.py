@@ -301,3 +301,24 @@ async def _cancel_after(n: int, scope: anyio.CancelScope) -> None:
     for _ in range(n):
         await anyio.lowlevel.checkpoint()
     scope.cancel()
+
+
+@pytest.mark.parametrize("store", ASYNCIO_STORES, indirect=True)
+async def test_a_native_cancel_during_the_close_after_an_error_is_not_lost(
+    coord_url: str,
+) -> None:
+    """``task.cancel()`` is delivered once: a close that swallowed it, for the block's
+    error to go on, left a cancelled worker running (found by review)."""
+
+    async def worker() -> None:
+        try:
+            async with coord.connect(coord_url, ttl=5.0):
+                asyncio.get_running_loop().call_soon(asyncio.current_task().cancel)  # type: ignore[union-attr]
+                raise ValueError("bad input")
+        except ValueError:
+            await asyncio.sleep(30)  # a worker that lost its cancellation goes on here
+
+    task = asyncio.ensure_future(worker())
+    done, _ = await asyncio.wait([task], timeout=10)
+    assert done, "the cancellation was lost"
+    assert task.cancelled()

@@ -325,7 +325,7 @@ class EtcdBackend(Backend):
         # The guards watch from their creation, not from the revision after the caller's
         # read: etcd delivers the events of a watch that starts in the past (any write
         # since the read) only from its resync loop, every 100 ms, so a handoff waited up
-        # to 100 ms (8 contenders made 95 acquisitions/s). A write between the read and
+        # to 100 ms. A write between the read and
         # the creation is then checked by reading the keys once (and mine, for a proof).
         wait = _Wait(len(keys))
         handed = self._hand_over_guard(keys, entry, wait.wake, wait.on_created)

@@ -75,6 +75,41 @@ IDLE_TAILS = 1024
 IDLE_SWEEP = 64
 
 
+# Where a registration transaction's answers are (``Registrar._attempt``). Its own
+# branch (and the guess's): the tail's put, then the n keys' puts, then the read of the
+# entry ahead (``_AHEAD + n``), then with no tail the queue's first key
+# (``_HEADS + n``). Its failure branch: the tail, my first key, then the guess's
+# transaction (with a tail) or the queue's last key (with none). The guess's failure:
+# its first key.
+_AHEAD = 1
+_HEADS = 2
+_FAILED_TAIL = 0
+_FAILED_MINE = 1
+_FAILED_THIRD = 2
+_GUESS_FAILED_MINE = 0
+
+
+class _Plan(NamedTuple):
+    """The keys a registration tries: its own, numbered from *first*, and with a *guess*
+    those one number later (*first2*, *keys2*; the same when there is no guess)."""
+
+    first: int
+    keys: list[bytes]
+    guess: bool
+    first2: int
+    keys2: list[bytes]
+
+
+class _Done(NamedTuple):
+    """A registration applied at *revision*, as *keys* numbered from *first*, and the
+    entry ahead of its first waiter (None: to be read; ``AT_HEAD``: nobody)."""
+
+    revision: int
+    first: int
+    keys: list[bytes]
+    before: Entry | None
+
+
 class _Tail(NamedTuple):
     """A prefix's tail as last seen: its mod revision (0: no tail), its number (with no
     tail: one below any key's, see :func:`_tail_of`), its version and its creation
@@ -285,35 +320,15 @@ class Registrar:
         return _tail_of(reply.kvs, reply.header.revision)
 
     async def _register(self, pk: bytes, batch: list[_Request]) -> None:
+        """Register *batch* on the queue *pk*: send its transaction until it is applied
+        (a conflict reads the tail again), then give each waiter its entry and the one
+        ahead of it."""
         known = self._tails.get(pk)
         tail = known if known is not None else await self._read_tail(pk)
-        n = len(batch)
         while True:
-            first = _first(tail.last, n)
-            keys = _keys(pk, batch, first)
-            # With a tail, the transaction also tries the numbers after one more taken:
-            # the usual conflict of clients registering on one lock together. Not with an
-            # idle one: there, a conflict means that the lock has just been taken, and this
-            # waiter will wait a hold anyway; the guess would double every idle acquire's
-            # transaction for it (coord's CPU per idle cycle: 770-861 -> 687-709 us).
-            guess = (
-                tail.mod
-                and tail.create
-                and not tail.idle
-                and n <= GUESS_BATCH
-                and self._small(batch)
-            )
-            first2 = _first(tail.last + 1, n) if guess else first
-            keys2 = _keys(pk, batch, first2) if guess else keys
-            for i, request in enumerate(batch):
-                other = None
-                if guess:
-                    other = _Guess(
-                        tail.create, tail.version + 1, tail.last + 1, keys[0], first2 + i, keys2[i]
-                    )
-                request.doubt = _Doubt(tail.mod, first + i, keys[i], request.lease, keys[0], other)
+            plan = self._plan(pk, batch, tail)
             try:
-                reply = await self._attempt(pk, batch, keys, tail, first)
+                reply = await self._attempt(pk, batch, plan.keys, tail, plan.first)
             except BackendUnavailable:
                 if tail.mod:
                     raise
@@ -321,51 +336,95 @@ class Registrar:
                 # can never apply late; then it goes again, unless it was applied.
                 found = await self._settle(batch[0].doubt, delete=False)  # type: ignore[arg-type]
                 if isinstance(found, Entry):
-                    revision, before = found.version, None
+                    done = _Done(found.version, plan.first, plan.keys, None)
                     break
                 tail = await self._read_tail(pk)
                 continue
-            if reply.succeeded:
-                revision = reply.header.revision
-                if tail.mod:  # my put of the tail: one version more
-                    made = _Tail(revision, first + n - 1, tail.version + 1, tail.create)
-                else:  # the tail made by my put
-                    made = _Tail(revision, first + n - 1, 1, revision)
-                self._remember(pk, made)
-                if tail.idle:  # the queue was empty: nothing read, nobody ahead
-                    before = AT_HEAD
-                    break
-                kvs = entries_of(reply.responses[1 + n].response_range.kvs)
-                before = self._b._entry(kvs[-1]) if kvs else None
-                heads = reply.responses[2 + n].response_range.kvs if not tail.mod else ()
-                if heads and bytes(heads[0].key) == keys[0]:
-                    before = AT_HEAD
-                break
-            other = reply.responses[2].response_txn if guess else None
-            if other is not None and other.succeeded:  # one more was taken: the guess
-                revision = reply.header.revision
-                first, keys = first2, keys2
-                self._remember(pk, _Tail(revision, first + n - 1, tail.version + 2, tail.create))
-                kvs = entries_of(other.responses[1 + n].response_range.kvs)
-                before = self._b._entry(kvs[-1]) if kvs else None
-                break
-            mine = reply.responses[1].response_range.kvs
-            if other is not None and not mine:  # (the guess's first key, in its failure)
-                found = other.responses[0].response_range.kvs
-                if found and found[0].lease == batch[0].lease:
-                    mine, first, keys = found, first2, keys2
-            if mine and mine[0].lease == batch[0].lease:  # a lost answer: it was applied
-                revision, before = mine[0].create_revision, None
-                self._tails.pop(pk, None)
+            answered = self._answered(pk, batch, tail, plan, reply)
+            if answered is not None:
+                done = answered
                 break
             tail = self._after_conflict(pk, reply)
         self._idle.pop(pk, None)  # registered: the tail is no longer one this client left idle
+        self._grant(batch, done)
+
+    def _plan(self, pk: bytes, batch: list[_Request], tail: _Tail) -> _Plan:
+        """The keys of *batch* after *tail*, and with a tail also those one number later
+        (the guess), each request's doubt set for them."""
+        n = len(batch)
+        first = _first(tail.last, n)
+        keys = _keys(pk, batch, first)
+        # With a tail, the transaction also tries the numbers after one more taken: the
+        # usual conflict of clients registering on one lock together. Not with an idle
+        # one: there, a conflict means that the lock has just been taken, and this waiter
+        # will wait a hold anyway; the guess would double every idle acquire's
+        # transaction for it.
+        guess = bool(
+            tail.mod and tail.create and not tail.idle and n <= GUESS_BATCH and self._small(batch)
+        )
+        first2 = _first(tail.last + 1, n) if guess else first
+        keys2 = _keys(pk, batch, first2) if guess else keys
+        for i, request in enumerate(batch):
+            other = None
+            if guess:
+                other = _Guess(
+                    tail.create, tail.version + 1, tail.last + 1, keys[0], first2 + i, keys2[i]
+                )
+            request.doubt = _Doubt(tail.mod, first + i, keys[i], request.lease, keys[0], other)
+        return _Plan(first, keys, guess, first2, keys2)
+
+    def _answered(
+        self, pk: bytes, batch: list[_Request], tail: _Tail, plan: _Plan, reply: Any
+    ) -> _Done | None:
+        """What the registration transaction's *reply* says: applied (its own branch,
+        the guess, or an earlier try whose answer was lost), or None: a conflict."""
+        n = len(batch)
+        if reply.succeeded:
+            revision = reply.header.revision
+            if tail.mod:  # my put of the tail: one version more
+                made = _Tail(revision, plan.first + n - 1, tail.version + 1, tail.create)
+            else:  # the tail made by my put
+                made = _Tail(revision, plan.first + n - 1, 1, revision)
+            self._remember(pk, made)
+            if tail.idle:  # the queue was empty: nothing read, nobody ahead
+                return _Done(revision, plan.first, plan.keys, AT_HEAD)
+            before = self._ahead_of(reply.responses, n)
+            heads = reply.responses[_HEADS + n].response_range.kvs if not tail.mod else ()
+            if heads and bytes(heads[0].key) == plan.keys[0]:
+                before = AT_HEAD
+            return _Done(revision, plan.first, plan.keys, before)
+        other = reply.responses[_FAILED_THIRD].response_txn if plan.guess else None
+        if other is not None and other.succeeded:  # one more was taken: the guess
+            revision = reply.header.revision
+            made = _Tail(revision, plan.first2 + n - 1, tail.version + 2, tail.create)
+            self._remember(pk, made)
+            return _Done(revision, plan.first2, plan.keys2, self._ahead_of(other.responses, n))
+        mine = reply.responses[_FAILED_MINE].response_range.kvs
+        first, keys = plan.first, plan.keys
+        if other is not None and not mine:  # (the guess's first key, in its failure)
+            found = other.responses[_GUESS_FAILED_MINE].response_range.kvs
+            if found and found[0].lease == batch[0].lease:
+                mine, first, keys = found, plan.first2, plan.keys2
+        if mine and mine[0].lease == batch[0].lease:  # a lost answer: it was applied
+            self._tails.pop(pk, None)
+            return _Done(mine[0].create_revision, first, keys, None)
+        return None
+
+    def _ahead_of(self, responses: Sequence[Any], n: int) -> Entry | None:
+        """The entry right ahead of a batch of *n*, as its branch read it."""
+        kvs = entries_of(responses[_AHEAD + n].response_range.kvs)
+        return self._b._entry(kvs[-1]) if kvs else None
+
+    def _grant(self, batch: list[_Request], done: _Done) -> None:
+        """Give each waiter of *batch* its entry and the one ahead of it (the previous
+        waiter of the batch, but for the first)."""
         root = len(self._b._root)
-        for i, (key, request) in enumerate(zip(keys, batch, strict=True)):
-            created = fence_revision(revision, first + i)
-            entry = Entry(key[root:].decode(), request.value, created, revision, request.lease)
+        before = done.before
+        for i, (key, request) in enumerate(zip(done.keys, batch, strict=True)):
+            created = fence_revision(done.revision, done.first + i)
+            entry = Entry(key[root:].decode(), request.value, created, done.revision, request.lease)
             if not request.future.done():
-                request.future.set_result((entry, before, revision))
+                request.future.set_result((entry, before, done.revision))
             before = entry
 
     def _small(self, batch: list[_Request]) -> bool:
@@ -461,13 +520,13 @@ class Registrar:
     def _after_conflict(self, pk: bytes, reply: Any) -> _Tail:
         """The tail to number from after a failed compare."""
         responses = reply.responses
-        tail = _tail_of(responses[0].response_range.kvs, reply.header.revision)
+        tail = _tail_of(responses[_FAILED_TAIL].response_range.kvs, reply.header.revision)
         mod, last = tail.mod, tail.last
         # (with no tail at my attempt, the third answer is the queue's last key; with one,
         # it is the guess's transaction)
         after: Any = ()
-        if len(responses) > 2 and not mod:
-            third = responses[2]
+        if len(responses) > _FAILED_THIRD and not mod:
+            third = responses[_FAILED_THIRD]
             if third.WhichOneof("response") == "response_range":
                 after = third.response_range.kvs
         if after:  # no tail, and a key that sorts after the first I took

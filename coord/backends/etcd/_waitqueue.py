@@ -1,79 +1,14 @@
 """Waiter queues on etcd whose key order is their queue order: no request reads the queue.
 
-etcd's own ``concurrency.Mutex`` finds the waiter ahead with a range sorted by creation
-revision, and etcd (3.4, 3.5) answers a sorted range by reading every key of it: W waiters
-cost the store O(W²), inside the apply loop when the read is part of the registering
-transaction (5,000 waiters on one mutex made the server time out requests of every
-tenant). Here a waiter's key starts with its *order number*, and a tail key holds the
-newest one. Under a prefix ``P`` (ending in ``/``):
-
-* ``P@`` — the tail: the newest order number, in decimal, bound to the lease of the
-  waiter that took it; followed by ``.`` once that waiter left the queue empty (an
-  *idle* tail: see **delete**);
-* ``P@<order, 16 hex digits><waiter id>`` — a waiter entry bound to a lease. Key order is
-  queue order, so the entries ahead of mine are a key range that ends at mine;
-* ``P@<order>\\0`` — the *link* of an exclusive waiter (a mutex's, a writer's), bound
-  to its lease: it sorts right before the waiter's key, after everything ahead of it.
-  The delete of an entry this client read as the first of its queue (nothing ahead:
-  nothing can come ahead of it any more) deletes the link numbered right after it in
-  the same transaction; so a waiter that sees the entry right ahead of it deleted
-  *together with its own link*, at one revision, knows that it is the first entry now,
-  with no read (see :func:`drop_ops`, and ``wait_deleted`` of the backend). Links are
-  no entries: every read of the queue skips them;
-* ``P<waiter id>`` — a durable entry (a queued job): no order number, listed by creation
-  revision as before.
-
-A new key always sorts after every key of the queue: the next number is the tail's plus
-one, or the next multiple of 64 for a batch that would cross one (the compare: the tail
-is unchanged); with no tail (the queue drained, or its newest
-waiter left or lost its lease while others wait) it is the store revision read plus one,
-times 64, and the compare also asks that no key of the queue sort at or after the new
-one (a range that is empty unless the guess was wrong: the answer then names the last
-key, to start after). Fences do not come from order numbers, which start again: an
-entry's creation order (:attr:`Entry.revision`, its fence) is its store revision times
-64 plus its place in its batch (:func:`fence_revision`; a batch never crosses a multiple
-of 64 numbers), strictly increasing along the queue and over time.
-
-* **register** (``_register.py``) — one transaction per batch of one client's waiters on
-  one prefix (those that arrived while the previous batch was in flight, up to 62):
-  ``If(Mod(tail) == m) Then(Put(tail, n+k), Put(key n+1) .. Put(key n+k), Range(order n))``
-  (and the links of the exclusive waiters: at most 62 waiters, for etcd's 128 operations).
-  The range holds at most one key: the predecessor of the batch's first waiter, if it is
-  still there; each next waiter's is the one before it in the batch. Another client's
-  registration in between fails the compare. Clients that register on one lock together
-  mostly miss each other by one registration of one number, so the failure branch tries
-  that too: ``If(Create(tail) == c, Version(tail) == v+1, Value(tail) == n+1, key n+1
-  of mine absent) Then(the same, numbered from n+2)`` (a batch of at most 8 waiters);
-  else the answer carries the tail, and the batch goes again with new numbers. A batch
-  whose answer was lost is settled before its waiters register again or give up, so
-  that it can never be applied late (either branch): one made with
-  a tail by moving the tail, one made without by creating the key its compares say is
-  absent (``P!<order><waiter id>``, outside the queue's range, bound to the lease).
-* **position** — a read (etcd serves it outside the apply loop) of the nearest entry
-  before mine within a window of 64 order numbers, together with mine (the existence
-  check, etcd #11456). Only with none there, the queue's first key, and then the keys
-  ahead sorted by key: the entries *ahead*, never those behind.
-* **delete** — the waiter's key and its link, and, if it was read as the first, the
-  link numbered right after it: the hand-over. If it is the newest waiter (the tail
-  holds its number), the tail becomes idle if it was also the first (the queue is empty
-  now), else it goes. A registration after an idle tail reads nothing: it is the first.
-  The idle tail stays, bound to that waiter's lease, until its session ends or a
-  registration takes it over; a client keeps at most ``IDLE_TAILS`` of them, sweeping
-  the oldest (``_register.py``).
-
-Why an idle tail, not none: etcd keeps every deleted key in its index until a
-compaction, and a range read walks the deleted keys in it. Waiter keys are new per
-acquire (etcd #10756), and they all sort before the live ones, so a read from the
-queue's start costs every acquire since the last compaction: 50,000 of them made such a
-read take 6.6 ms, against 0.3 ms after a compaction. An idle lock's acquire would read
-so to learn that nobody is ahead; with an idle tail it knows.
-
-The store's work per registration and per handoff of a mutex is thus independent of
-the queue's length and of its past. Three reads still start at the queue's start, and
-cost the entries ahead of the reader and the deleted keys among them (never those
-behind): a semaphore's or a read lock's reader's read of the n nearest entries (a sorted
-range), a registration with no tail (its newest waiter's session ended), and a position
-read that found no entry ahead within its window.
+A waiter's key starts with its order number, and a tail key ``P@`` holds the newest
+one, so the entries ahead of a waiter are the key range that ends at its key, and the
+store's work per registration and per handoff does not grow with the queue's length or
+its past. Under a prefix ``P``: ``P@`` the tail (``.`` appended once idle),
+``P@<order, 16 hex digits><waiter id>`` a waiter, ``P@<order>\\0`` an exclusive
+waiter's link (the hand-over: :func:`drop_ops`), ``P<waiter id>`` a durable entry.
+Registering is ``_register.py``'s; the layout, the registration's transactions, the
+position read, the delete and the idle tail, and why each is so, are told in
+``docs/design/etcd-wait-queue.md``.
 """
 
 from __future__ import annotations
@@ -315,8 +250,8 @@ class WaitQueues:
         # queue's first key (from the queue's start: the keys deleted since the last
         # compaction too), and then all of those ahead. The price: a waiter that became
         # the first with no hand-over proof (the waiter right ahead of it had left out of
-        # turn before the first released) reads twice where one read used to do, that
-        # one walking the name's past every time.
+        # turn before the first released) reads twice, where a read of the queue's first
+        # key alone would do, but would walk the name's past every time.
         low = order_key(pk, max(order - WINDOW, 0))
         window = rpc.RangeRequest(
             key=low, range_end=key + b"\0", sort_order=_DESCEND, sort_target=_BY_KEY, limit=8

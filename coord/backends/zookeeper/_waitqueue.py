@@ -1,36 +1,12 @@
 """Waiter queues on ZooKeeper: Curator's lock internals behind coord's contract.
 
-* register — in one round trip (pipelined: ZooKeeper runs a session's requests in
-  order), create ``<parent>/<waiter id>-`` EPHEMERAL_SEQUENTIAL (parents as containers)
-  and list the children; sorted by sequence, the nearest children before mine are ahead
-  of me, and only those are read (a second round trip, only when someone is ahead).
-  If the create's reply is lost, the children are searched for my GUID, and a node found
-  is adopted only if its ephemeralOwner is my session (CURATOR-498).
-* position — list the children again: my node missing means my entry is gone.
-* wait — a data watch (``getData``, never ``exists``: on a deleted path that leaves a
-  creation watch behind) on exactly the keys asked for; "no node" returns at once.
-* delete — by path: a waiter's name carries a one-time GUID, so the node at that path can
-  only be that entry. A provisional entry is found by its GUID and deleted only if it
-  belongs to the given session.
-
-Every listing is answered with the parent's pzxid, the zxid of the last change to its
-children: that is the revision of a :class:`~coord.abc.Position` or
-:class:`~coord.abc.Listing`.
-
-Long queues (issue 18). A listing of the queue's node reads every child: with W waiters,
-registering them all and handing the lock down W times cost the server and the client
-O(W²) (3,000 waiters on one mutex failed). So a waiter whose registration listing shows
-:data:`SHARD_AFTER` waiter nodes ahead of it in the node moves its own node into a
-*shard*, a container per block of ``SHARD`` sequence numbers (``_paths.py``): one multi,
-delete the node and create ``<waiter id>:<czxid>-<sequence>`` in the shard. The server
-still orders the queue: the sequence number is the one it gave, and the czxid of the
-first node stays the fence (later waiters' nodes were created after it, moved or not).
-No client-chosen number and no compare-and-set are involved, so nothing can be stale:
-a move happens entirely or not at all, and a waiter ahead never appears after a read
-(sequence numbers only grow). The queue's node keeps about SHARD_AFTER waiter nodes (the
-head's) and the shards' names; a position lists it and my shard (one round trip), then
-lower shards, highest first, only as far as the entries ahead asked for. A short queue
-moves nothing: its costs are the ones above.
+A waiter is an EPHEMERAL_SEQUENTIAL node ``<parent>/<waiter id>-<sequence>`` (parents
+are containers); register creates it and lists the children in one pipelined round
+trip, a lost create is adopted only if its ephemeralOwner is this session (CURATOR-498),
+a wait is a data watch on exactly the nodes asked for, and a delete is by path. A long
+queue moves its waiters' nodes into shards of ``SHARD`` sequence numbers
+(``_paths.py``), so that a listing never reads every waiter. The whole design, and why,
+is told in ``docs/design/zookeeper-wait-queue.md``.
 """
 
 from __future__ import annotations
@@ -315,18 +291,7 @@ class WaitQueues:
         sequence = sequence_of(name)
         if sequence is None:
             raise EntryGoneError(f"{mine.key} is not a waiter entry")
-        mine_dir = shard_dir(sequence)
-        if listing is None and (is_sharded(name) or node in self._sharded):
-            listing, shard = await self._list_many([node, f"{node}/{mine_dir}"])
-        elif listing is None:
-            listing = await self.children(node)
-            shard = None
-            if listing is not None and mine_dir in listing[0]:
-                shard = (await self._list_many([f"{node}/{mine_dir}"]))[0]
-        elif is_sharded(name) or mine_dir in listing[0]:
-            shard = (await self._list_many([f"{node}/{mine_dir}"]))[0]
-        else:
-            shard = None
+        listing, shard = await self._listings(node, name, sequence, listing)
         if listing is None or name not in (shard[0] if is_sharded(name) and shard else listing[0]):
             raise EntryGoneError(f"{mine.key} no longer exists")
         children, pzxid = listing
@@ -338,26 +303,54 @@ class WaitQueues:
         before = waiters_before(children, sequence, kind)
         if shard is not None:
             before += waiters_before(shard[0], sequence, kind)
-        block = sequence // SHARD
-        lower = sorted((i for i in shards if i < block), reverse=True)
-        # A lower shard holds only numbers below (its block + 1) * SHARD: list them,
-        # highest first, until the nearest `ahead` are known (all of them for None).
-        while lower and (
-            ahead is None or sum(s >= (lower[0] + 1) * SHARD for s, _ in before) < ahead
-        ):
-            batch, lower = (lower, []) if ahead is None else (lower[:1], lower[1:])
-            listed = await self._list_many([f"{node}/{shard_dir(i * SHARD)}" for i in batch])
-            for found in listed:
-                if found is not None:
-                    before += waiters_before(found[0], sequence, kind)
-        nearest: dict[int, str] = {}
-        for s, child in sorted(before, reverse=True):  # a moved node may be listed twice
-            nearest.setdefault(s, child)
-        wanted = list(nearest.values())[:ahead] if ahead is not None else list(nearest.values())
-        entries = await self.read(prefix, wanted)
+        before += await self._lower(node, shards, sequence, kind, ahead, before)
+        entries = await self.read(prefix, _nearest(before, ahead))
         if any(entry is None for entry in entries):
             return None
         return Position(mine, tuple(e for e in entries if e is not None), pzxid)
+
+    async def _listings(
+        self, node: str, name: str, sequence: int, listing: tuple[list[str], int] | None
+    ) -> tuple[tuple[list[str], int] | None, tuple[list[str], int] | None]:
+        """The listing of the queue's *node* (*listing*, if it was read already) and of
+        the shard of my node *name* (None if it is in none): one round trip when my node
+        is in a shard or the queue has some, else the shard only if the node shows it."""
+        mine_dir = shard_dir(sequence)
+        if listing is None and (is_sharded(name) or node in self._sharded):
+            listing, shard = await self._list_many([node, f"{node}/{mine_dir}"])
+            return listing, shard
+        if listing is None:
+            listing = await self.children(node)
+            if listing is not None and mine_dir in listing[0]:
+                return listing, (await self._list_many([f"{node}/{mine_dir}"]))[0]
+            return listing, None
+        if is_sharded(name) or mine_dir in listing[0]:
+            return listing, (await self._list_many([f"{node}/{mine_dir}"]))[0]
+        return listing, None
+
+    async def _lower(
+        self,
+        node: str,
+        shards: list[int],
+        sequence: int,
+        kind: str | None,
+        ahead: int | None,
+        before: list[tuple[int, str]],
+    ) -> list[tuple[int, str]]:
+        """The waiters ahead of mine in the shards below mine, listed highest first only
+        until the nearest *ahead* are known with *before* (all of them for None): a
+        lower shard holds only numbers below (its block + 1) * SHARD."""
+        found: list[tuple[int, str]] = []
+        lower = sorted((i for i in shards if i < sequence // SHARD), reverse=True)
+        while lower and (
+            ahead is None or sum(s >= (lower[0] + 1) * SHARD for s, _ in [*before, *found]) < ahead
+        ):
+            batch, lower = (lower, []) if ahead is None else (lower[:1], lower[1:])
+            listed = await self._list_many([f"{node}/{shard_dir(i * SHARD)}" for i in batch])
+            for listing in listed:
+                if listing is not None:
+                    found += waiters_before(listing[0], sequence, kind)
+        return found
 
     async def _list_many(self, paths: Sequence[str]) -> list[tuple[list[str], int] | None]:
         """The children and pzxid of each of *paths* (None: no such node), listed in that
@@ -729,3 +722,13 @@ class _Woken:
             return self._event.wait().__await__()
         assert self._future is not None
         return self._future.__await__()
+
+
+def _nearest(before: list[tuple[int, str]], ahead: int | None) -> list[str]:
+    """The names of the *ahead* nearest waiters of *before* (all for None), nearest
+    first; a node moved into a shard meanwhile may be listed twice: once."""
+    nearest: dict[int, str] = {}
+    for sequence, child in sorted(before, reverse=True):
+        nearest.setdefault(sequence, child)
+    names = list(nearest.values())
+    return names[:ahead] if ahead is not None else names

@@ -1,11 +1,10 @@
 """gRPC over HTTP/2 on a connection of our own: the part of ``grpc.aio`` that the etcd
 backend uses (unary calls and bidirectional streams), on an asyncio protocol.
 
-Why not grpc.aio: a unary call there costs about 150 µs of client CPU on the 2-core
-machine (a task per call, gRPC's C core with its threads and completion queue, the
-poller thread waking the event loop) where this costs about 50, and a stream write about
-100 µs where this costs a few. A contended acquisition makes about three unary calls and
-two stream writes, so the transport was most of coord's CPU per acquisition.
+Why not grpc.aio: a call there costs a task, gRPC's C core with its threads and
+completion queue, and a poller thread waking the event loop, several times this
+transport's client CPU per call; a contended acquisition makes about three unary calls
+and two stream writes (``docs/design/etcd-transport.md``, ``docs/benchmarks.md``).
 
 What it speaks: the HTTP/2 framing of RFC 9113 that a gRPC client needs (HEADERS and
 CONTINUATION, DATA, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE, with flow control

@@ -1,4 +1,4 @@
-"""ZooKeeper's client protocol on anyio: one session, no thread (issue 18).
+"""ZooKeeper's client protocol on anyio: one session, no thread.
 
 kazoo's codec (``kazoo.protocol.serialization``) encodes and decodes the records; this
 package owns what kazoo's connection thread did: framing and xid order
