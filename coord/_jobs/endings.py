@@ -31,10 +31,10 @@ __all__ = [
     "Exhausted",
     "Outcome",
     "RetryPolicy",
+    "end_claim",
     "lost_attempt",
     "release_ops",
     "release_soon",
-    "settle",
 ]
 
 Exhausted = Literal["park", "dead_letter"]
@@ -55,7 +55,7 @@ class RetryPolicy:
     dead_prefix: str
 
 
-async def settle(
+async def end_claim(
     job: Job, exc: BaseException | None, retry: RetryPolicy, *, cut_short: bool = False
 ) -> None:
     """End *job*'s claim: ack if *exc* is None, retry/park/dead-letter for an Exception,

@@ -34,7 +34,7 @@ from .._locks.mutex import Mutex
 from ..abc import Create, Remove, Update
 from . import claim as _claiming
 from . import records as _records
-from .endings import Exhausted, RetryPolicy, lost_attempt, release_soon, settle
+from .endings import Exhausted, RetryPolicy, end_claim, lost_attempt, release_soon
 from .put import Putter
 from .records import DeadLetter, Job, JobRef
 
@@ -386,7 +386,7 @@ class Claiming:
         assert job is not None
         swallowed = job._hold._exit_body(exc_type, exc_val, exc_tb)
         exc = None if swallowed else exc_val
-        await settle(job, exc, self._queue._retry, cut_short=swallowed)
+        await end_claim(job, exc, self._queue._retry, cut_short=swallowed)
         return swallowed
 
 

@@ -121,11 +121,11 @@ async def test_a_lost_connection_fails_each_request_with_its_own_error() -> None
     assert errors[0] is not errors[1]  # (a shared instance would share its traceback)
 
 
-async def test_a_reply_settles_once() -> None:
+async def test_a_reply_is_resolved_once() -> None:
     reply = Reply()
-    reply.settle("first")
-    reply.settle(error=RuntimeError("later"))
-    assert reply.settled
+    reply.resolve("first")
+    reply.resolve(error=RuntimeError("later"))
+    assert reply.resolved
     assert await reply.wait() == "first"
 
 

@@ -678,7 +678,7 @@ class _Guard:
         except kz.KazooException:
             self.fire()  # not connected: the re-read waits for a connection
         else:
-            reply.on_settled = self._read
+            reply.on_resolved = self._read
 
     def fire(self) -> None:  # maybe in the wire client's reader: call back from a task
         self._watches.discard("data", self._path, self._listener)

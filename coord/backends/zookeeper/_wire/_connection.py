@@ -5,7 +5,7 @@
   synchronous step, so packets reach the socket in xid order, and a caller cancelled
   while waiting cannot leave half a packet on the wire (it never writes). The writer
   sends whatever has queued up in one ``send``.
-* **Reads** belong to the reader task alone: it settles replies in order
+* **Reads** belong to the reader task alone: it resolves replies in order
   (:mod:`._pending`), fires watch events (:mod:`._watches`) and records the zxid.
 * **Liveness**: a ping every third of the negotiated session timeout; a connection the
   server has not answered on for two thirds of it is dropped, as kazoo and the Java
@@ -99,7 +99,7 @@ class Connection:
     # -- sending (synchronous: never a checkpoint) -----------------------------------------
 
     def submit(self, request: Any, arming: Arming | None = None) -> Reply:
-        """Send *request* (a kazoo record); its reply settles the returned Reply.
+        """Send *request* (a kazoo record); its reply resolves the returned Reply.
 
         :raises kazoo.exceptions.ConnectionLoss: if the connection is dropping
         """
@@ -110,7 +110,7 @@ class Connection:
         return sent.reply
 
     def authenticate(self, scheme: str, credential: str) -> Reply:
-        """Send an auth packet; the Reply settles True, or with ``AuthFailedError``."""
+        """Send an auth packet; the Reply resolves to True, or with ``AuthFailedError``."""
         reply = Reply()
         self._auth.append(reply)
         self._outbox.send_nowait(
@@ -145,7 +145,7 @@ class Connection:
             self._in_flight.fail_all(self.fail_with)
             auth, self._auth = self._auth, deque()
             for reply in auth:
-                reply.settle(error=kz.ConnectionLoss())
+                reply.resolve(error=kz.ConnectionLoss())
             self._outbox.close()
             self._outgoing.close()
             with anyio.CancelScope(shield=True):
@@ -233,7 +233,7 @@ class Connection:
             if not self._auth:
                 raise ProtocolError("an auth answer to no auth packet")
             error = kz.AuthFailedError(f"authentication refused (code {err})") if err else None
-            self._auth.popleft().settle(True, error)
+            self._auth.popleft().resolve(True, error)
         elif xid not in (PING_XID, SET_WATCHES_XID):
             raise ProtocolError(f"a reply with xid {xid}")
 
@@ -249,13 +249,13 @@ class Connection:
                 raise ProtocolError(f"an undecodable answer to {type(request).__name__}") from exc
             if arming is not None:
                 self._watches.arm(arming)
-            sent.reply.settle(value)
+            sent.reply.resolve(value)
         elif err == _NO_NODE and request.type == Exists.type:
             if arming is not None:
                 self._watches.arm(arming, exists=False)
-            sent.reply.settle(None)
+            sent.reply.resolve(None)
         else:
-            sent.reply.settle(error=error_for(err))
+            sent.reply.resolve(error=error_for(err))
 
 
 def _decodes(request: Any) -> bool:

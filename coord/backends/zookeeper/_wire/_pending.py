@@ -2,7 +2,7 @@
 
 ZooKeeper answers a connection's requests in order: the next reply is for the oldest
 request in flight, and its xid must say so; anything else is a :class:`ProtocolError`.
-A caller waits on its :class:`Reply`; the reader settles it. A caller that stops waiting
+A caller waits on its :class:`Reply`; the reader resolves it. A caller that stops waiting
 (cancelled) leaves its entry in place: the reply still arrives, in its turn, and is
 dropped, so the replies after it still match.
 """
@@ -30,24 +30,24 @@ _MAX_XID = 2**31 - 1
 
 
 class Reply:
-    """The outcome of one request, settled once by the connection's reader.
+    """The outcome of one request, resolved once by the connection's reader.
 
-    :ivar convert: applied to the value when it is settled (a chroot stripped...)
-    :ivar on_settled: called as ``on_settled(value, error)`` when it is settled, in the
-        task that settles it (the reader): it must not block or await. A failing
+    :ivar convert: applied to the value when it is resolved (a chroot stripped...)
+    :ivar on_resolved: called as ``on_resolved(value, error)`` when it is resolved, in the
+        task that resolves it (the reader): it must not block or await. A failing
         callback is logged, never raised into the reader.
     """
 
-    __slots__ = ("_error", "_event", "_value", "convert", "on_settled")
+    __slots__ = ("_error", "_event", "_value", "convert", "on_resolved")
 
     def __init__(self) -> None:
         self._event = anyio.Event()
         self._value: Any = None
         self._error: BaseException | None = None
         self.convert: Callable[[Any], Any] | None = None
-        self.on_settled: Callable[[Any, BaseException | None], object] | None = None
+        self.on_resolved: Callable[[Any, BaseException | None], object] | None = None
 
-    def settle(self, value: Any = None, error: BaseException | None = None) -> None:
+    def resolve(self, value: Any = None, error: BaseException | None = None) -> None:
         """Record the outcome (later calls are ignored). Not a checkpoint."""
         if self._event.is_set():
             return
@@ -55,14 +55,14 @@ class Reply:
             value = self.convert(value)
         self._value, self._error = value, error
         self._event.set()
-        if self.on_settled is not None:
+        if self.on_resolved is not None:
             try:
-                self.on_settled(value, error)
+                self.on_resolved(value, error)
             except Exception:
                 log.exception("a ZooKeeper reply callback failed")
 
     @property
-    def settled(self) -> bool:
+    def resolved(self) -> bool:
         return self._event.is_set()
 
     async def wait(self) -> Any:
@@ -117,4 +117,4 @@ class InFlight:
         """Settle every request in flight with a new ``error()`` (the connection is gone)."""
         queue, self._queue = self._queue, deque()
         for sent in queue:
-            sent.reply.settle(error=error())
+            sent.reply.resolve(error=error())
