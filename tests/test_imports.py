@@ -164,7 +164,7 @@ def test_the_check_sees_a_circle_hidden_under_type_checking() -> None:
     assert "coord._core.keys" in graph["coord._sessions.identity"]  # fence_of with the keys
     # What the circle once looked like: the endings typed Job from the queue.
     graph["coord._jobs.endings"].add("coord._jobs.queue")
-    assert ["coord._jobs.claim", "coord._jobs.endings", "coord._jobs.queue"] in circles(graph)
+    assert any({"coord._jobs.endings", "coord._jobs.queue"} <= set(c) for c in circles(graph))
 
 
 def test_imports_are_read_at_every_level(tmp_path: Path) -> None:

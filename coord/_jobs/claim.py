@@ -1,9 +1,8 @@
 """Claiming a queued job: who looks, what is claimable, and the claim itself.
 
-* **One looker at a time.** Idle workers queue on a mutex (``<name>/_turn``); only its
-  holder reads the queue and, if nothing is claimable, watches it. So a put or an ack
-  wakes one idle worker, not all of them; when the looker claims a job it releases the
-  turn, and the next idle worker (already watching its predecessor) looks.
+* **Who looks.** Each client has one looker per queue (:mod:`coord._jobs.looker`),
+  which claims for all of that client's idle workers at once; lookers of different
+  clients claim concurrently, and with nothing claimable at most two of them watch.
 * **Claimable** = the oldest job that is not claimed by a live claim, not parked, not
   backing off, and (if it has a key) the oldest job of its key: later jobs of a key wait
   until the earlier one is acked or dead-lettered.
@@ -39,7 +38,7 @@ if TYPE_CHECKING:
     from .._sessions.session import Session
     from ..abc import Backend, Listing, Op
 
-__all__ = ["ClaimHold", "Pick", "choose", "claim", "wait_for_change"]
+__all__ = ["ClaimHold", "Pick", "choose", "choose_many", "claim", "wait_for_change"]
 
 
 class ClaimHold(Hold):
@@ -49,13 +48,15 @@ class ClaimHold(Hold):
 
 
 class Pick:
-    """What :func:`choose` found: a job to claim, or when to look again."""
+    """What :func:`choose` found: a job to claim (the *order*-th oldest read), or when to
+    look again."""
 
     def __init__(self) -> None:
         self.entry: Entry | None = None
         self.state: _records.State | None = None
         self.payload = b""
         self.wake_at: float | None = None
+        self.order = 0
 
 
 def choose(jobs: Sequence[Entry], live_claims: set[str], now: float) -> Pick:
@@ -79,6 +80,35 @@ def choose(jobs: Sequence[Entry], live_claims: set[str], now: float) -> Pick:
             pick.entry, pick.state, pick.payload = entry, state, payload
             return pick
     return pick
+
+
+def choose_many(
+    jobs: Sequence[Entry], live_claims: set[str], now: float, most: int
+) -> tuple[list[Pick], float | None]:
+    """The oldest claimable jobs among *jobs* (oldest first), at most *most*, given the
+    ids of the claims that exist; and when a job backing off becomes claimable (None if
+    none does). Claimable: not claimed by a live claim, not parked, not backing off, and
+    the oldest outstanding job of its key."""
+    picks: list[Pick] = []
+    wake_at: float | None = None
+    blocked: set[str] = set()
+    for order, entry in enumerate(jobs):
+        if len(picks) >= most:
+            break
+        state, payload = _records.decode(entry)
+        if state.key is not None:
+            if state.key in blocked:
+                continue  # not the oldest outstanding job of its key
+            blocked.add(state.key)
+        if state.parked or (state.claim is not None and state.claim in live_claims):
+            continue
+        if state.not_before > now:
+            wake_at = state.not_before if wake_at is None else min(wake_at, state.not_before)
+            continue
+        pick = Pick()
+        pick.entry, pick.state, pick.payload, pick.order = entry, state, payload, order
+        picks.append(pick)
+    return picks, wake_at
 
 
 async def claim(

@@ -10,8 +10,8 @@ Layout under the queue's name ``N``:
 * ``N/_dead/@j<id>``: the dead-letter list (option ``on_exhausted="dead_letter"``);
 * ``N/_ids/@t<digest>``: a marker per job put with a ``job_id``, for ``dedupe_window``
   (:mod:`coord._jobs.put`);
-* ``N/_turn``: the mutex idle workers queue on, so that one of them looks at a time
-  (:mod:`coord._jobs.claim`).
+* ``N/_idle/@…``: the idle lookers (one per client with idle workers), of which the
+  first two watch the queue (:mod:`coord._jobs.looker`).
 
 Every put, claim, ack and nack is one consensus write (a transaction); the ack and nack
 are guarded by the claim (its entry must still exist) and by the job's version, so a
@@ -20,37 +20,29 @@ worker whose claim was lost or taken over can never ack or nack the job.
 
 from __future__ import annotations
 
-import contextlib
-import time
 import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from .._core import keys as _keys
-from .._core import retry as _retry
 from .._core.checks import check_duration, check_int, check_seconds, check_str
-from .._core.exceptions import BackendUnavailable, ConfigurationError, JobNotFound, LockLost
-from .._locks.mutex import Mutex
+from .._core.exceptions import ConfigurationError, JobNotFound
 from ..abc import Create, Remove, Update
-from . import claim as _claiming
 from . import records as _records
-from .endings import Exhausted, RetryPolicy, end_claim, lost_attempt, release_soon
+from .endings import Exhausted, RetryPolicy, end_claim
+from .looker import looker_for
 from .put import Putter
 from .records import DeadLetter, Job, JobRef
 
 if TYPE_CHECKING:
     from types import TracebackType
 
-    from .._sessions.session import Session, SessionSource
-    from ..abc import Entry, Op
-    from .claim import ClaimHold
+    from .._sessions.session import SessionSource
+    from ..abc import Op
 
 __all__ = ["Claiming", "Exhausted", "Job", "KeyStats", "Queue", "QueueStats"]
 
 _T = TypeVar("_T")
-# A look reads this many of the oldest jobs first (then 8x more, ..., then all), so that
-# a long queue whose head is claimable costs one short read, not a read of every job.
-_FIRST_LOOK = 32
 
 
 @dataclass(frozen=True)
@@ -138,8 +130,6 @@ class Queue:
         self._retry = RetryPolicy(
             max_attempts, on_exhausted, float(retry_delay), float(max_retry_delay), self._dead
         )
-        self._turn = Mutex(source, _keys.internal_name(name, "_turn"))
-        self._turn._counted = False  # the idle workers' turns are not the user's locks
 
     def __repr__(self) -> str:
         return f"<coord.Queue {self._name!r} max_attempts={self._max_attempts}>"
@@ -207,59 +197,7 @@ class Queue:
         return Claiming(self)
 
     async def _claim(self) -> Job:
-        while True:
-            found: tuple[ClaimHold, Entry, _claiming.Pick] | None = None
-            try:
-                async with self._turn as turn:
-                    found = await self._look(turn.session)
-            except LockLost:
-                pass  # our session went while we looked: look again on the next one
-            except BaseException:
-                if found is not None:
-                    _abandon(*found)
-                raise
-            if found is not None:
-                hold, entry, pick = found
-                if not hold.lost:
-                    assert pick.state is not None
-                    return Job(hold, entry, pick.state.with_(claim=None), pick.payload)
-                _abandon(*found)
-
-    async def _look(self, session: Session) -> tuple[ClaimHold, Entry, _claiming.Pick]:
-        backend = session.backend
-        limit: int | None = _FIRST_LOOK
-        for attempt in _retry.attempts():
-            try:
-                jobs = await backend.entries(self._jobs, limit=limit)
-                claims = await backend.entries(self._claims)
-            except BackendUnavailable:
-                await _retry.backoff(attempt)
-                continue
-            live = {_records.id_of(e.key) for e in claims.entries}
-            pick = _claiming.choose(jobs.entries, live, time.time())
-            if pick.entry is None and limit is not None and len(jobs.entries) >= limit:
-                # Nothing claimable among the oldest: read further (all of it at last).
-                limit = limit * 8 if limit < _FIRST_LOOK * 64 else None
-                continue
-            limit = _FIRST_LOOK
-            if pick.entry is None:
-                await _claiming.wait_for_change(
-                    backend, (self._jobs, jobs), (self._claims, claims), pick
-                )
-                continue
-            assert pick.state is not None
-            if pick.state.claim is not None:  # its last claim ended without ack or release
-                pick.state, ops = lost_attempt(pick.entry, pick.state, pick.payload, self._retry)
-                if ops is not None:  # that was its last attempt: park or dead-letter it
-                    with contextlib.suppress(BackendUnavailable):
-                        await backend.transact(ops)
-                    continue
-            got = await _claiming.claim(
-                session, self._name, self._claims, pick, self._source.identity
-            )
-            if got is not None:
-                return got[0], got[1], pick
-        raise AssertionError("unreachable")  # pragma: no cover
+        return await looker_for(self._source, self._name).next(self._retry)
 
     # -- operators ------------------------------------------------------------------------
 
@@ -388,14 +326,6 @@ class Claiming:
         exc = None if swallowed else exc_val
         await end_claim(job, exc, self._queue._retry, cut_short=swallowed)
         return swallowed
-
-
-def _abandon(hold: ClaimHold, entry: Entry, pick: _claiming.Pick) -> None:
-    """Give back a claim nobody will work on (the job is claimable again at once, with
-    no attempt counted)."""
-    hold._finish()
-    assert pick.state is not None
-    release_soon(hold.session, entry, pick.state, pick.payload, hold.entry)
 
 
 def _check_options(

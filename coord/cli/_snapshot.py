@@ -1,11 +1,11 @@
 """What ``coord status`` shows: every lock, election and queue under a prefix, read from
-the store, as plain data (the ``--json`` schema, version 1).
+the store, as plain data (the ``--json`` schema, version 2).
 
 The kind of a name is read from its entries, since the store records no type: readers'
 keys (``@r``) make a read-write lock, a recorded ``limit`` a semaphore, a recorded
 candidate role (or no identity at all: a foreign writer) an election, another recorded
 identity a mutex (or, with a joined ``value``, a group), the
-``_jobs``/``_claims``/``_dead``/``_turn``/``_ids`` names of one parent a queue, and the
+``_jobs``/``_claims``/``_dead``/``_idle``/``_ids`` names of one parent a queue, and the
 ``_assignment`` and ``_partitions/<p>`` names of one parent a partitioner (its members
 are the parent's entries).
 """
@@ -33,8 +33,8 @@ if TYPE_CHECKING:
 
 __all__ = ["SCHEMA_VERSION", "Snapshot", "read"]
 
-SCHEMA_VERSION = 1
-_QUEUE_PARTS = ("_jobs", "_claims", "_dead", "_turn", "_ids")
+SCHEMA_VERSION = 2
+_QUEUE_PARTS = ("_jobs", "_claims", "_dead", "_idle", "_ids")
 _PARTITIONER_PART = re.compile(r"(?P<parent>.+)/(_assignment|_partitions/(?P<p>[0-9]+))\Z")
 
 
@@ -129,8 +129,8 @@ async def _queue(client: coord.Client, name: str, revisions: dict[str, int]) -> 
         revisions[f"{name}/{part}/"] = (await backend.entries(f"{name}/{part}/", limit=1)).revision
     claims = await backend.entries(f"{name}/_claims/")
     revisions[f"{name}/_claims/"] = claims.revision
-    idle = await backend.entries(f"{name}/_turn/")
-    revisions[f"{name}/_turn/"] = idle.revision
+    idle = await backend.entries(f"{name}/_idle/")
+    revisions[f"{name}/_idle/"] = idle.revision
     stats = await client.queue(name).stats()
     return {
         "name": name,
@@ -139,7 +139,7 @@ async def _queue(client: coord.Client, name: str, revisions: dict[str, int]) -> 
         "in_flight": stats.in_flight,
         "parked": stats.parked,
         "dead": stats.dead,
-        "idle_workers": len(idle.entries),
+        "idle_clients": len(idle.entries),
         "claims": [_claim(entry) for entry in claims.entries],
     }
 

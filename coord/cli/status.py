@@ -45,7 +45,7 @@ def status(store: Store, prefix: str, as_json: bool, watch: bool) -> None:
     re-reads the list of names every 2 s to find new ones.
 
     \b
-    --json prints {"version": 1, "prefix": PREFIX, "objects": [...]} (one line per
+    --json prints {"version": 2, "prefix": PREFIX, "objects": [...]} (one line per
     reading with --watch). Each object has "name" and "kind":
       mutex, semaphore, rwlock, election: "entries", in queue order, each
         {"key", "fence", "holding": bool, "identity": {"host", "pid", "name"?},
@@ -54,7 +54,8 @@ def status(store: Store, prefix: str, as_json: bool, watch: bool) -> None:
         a semaphore also has "limit";
       group: "entries" as above (every one "holding"), with "value" (text): the
         members in join order;
-      queue: "depth", "in_flight", "parked", "dead", "idle_workers", and "claims":
+      queue: "depth", "in_flight", "parked", "dead", "idle_clients" (clients whose
+        workers wait for a job), and "claims":
         [{"job", "fence", "identity"}];
       partitioner: "partitions" and "generation" (of the stored assignment, or
         null), "members": [{"id", "fence", "identity", "value", "since"}] in join
@@ -105,7 +106,7 @@ def _lines(snapshot: _snapshot.Snapshot) -> Iterator[str]:
             yield (
                 f"queue {obj['name']}: {count(obj['depth'], 'job')}, {obj['in_flight']} in "
                 f"flight, {obj['parked']} parked, {obj['dead']} dead, "
-                f"{count(obj['idle_workers'], 'idle worker')}"
+                f"{count(obj['idle_clients'], 'idle client')}"
             )
             for claim in obj["claims"]:
                 yield f"  claims  fence {claim['fence']}  job {claim['job']}  {_who(claim)}"
@@ -174,7 +175,7 @@ def _table(snapshot: _snapshot.Snapshot) -> Table:
         if obj["kind"] == "queue":
             jobs = count(obj["depth"], "job")
             summary = f"{jobs}, {obj['in_flight']} in flight, {obj['dead']} dead"
-            table.add_row(obj["name"], "queue", summary, "", f"{obj['idle_workers']} idle", "")
+            table.add_row(obj["name"], "queue", summary, "", f"{obj['idle_clients']} idle", "")
             for claim in obj["claims"]:
                 table.add_row(
                     "", "", f"claims {claim['job'][:8]}", str(claim["fence"]), _who(claim), ""

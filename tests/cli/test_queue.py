@@ -67,7 +67,7 @@ def test_nothing_to_list_is_said(coord_cli: Coord) -> None:
     assert coord_cli.run("status").stdout == "nothing in the store\n"
     coord_cli.run("queue", "put", "emails", "x")
     assert coord_cli.run("status").stdout.startswith(
-        "queue emails: 1 job, 0 in flight, 0 parked, 0 dead, 0 idle workers\n"
+        "queue emails: 1 job, 0 in flight, 0 parked, 0 dead, 0 idle clients\n"
     )
 
 

@@ -48,7 +48,7 @@ async def test_status_shows_every_kind(etcd_url: str) -> None:
             found = json.loads(await status(etcd_url, "--json"))
         done.set()
 
-    assert found["version"] == 1
+    assert found["version"] == 2
     assert found["prefix"] == ""
     emails, gpu, pool = found["objects"]  # sorted by name
     assert (gpu["name"], gpu["kind"], gpu["limit"]) == ("gpu", "semaphore", 2)
@@ -66,7 +66,7 @@ async def test_status_shows_every_kind(etcd_url: str) -> None:
     assert (pool["kind"], pool["entries"][0]["value"]) == ("election", "node-1")
     assert "semaphore gpu (limit 2)" in text
     assert f"holds   fence {fences[0]}  pid {me['pid']} on {me['host']} (tester)" in text
-    assert "queue emails: 2 jobs, 1 in flight, 0 parked, 0 dead, 0 idle workers" in text
+    assert "queue emails: 2 jobs, 1 in flight, 0 parked, 0 dead, 0 idle clients" in text
 
 
 async def test_status_of_a_prefix_and_a_read_write_lock(etcd_url: str) -> None:

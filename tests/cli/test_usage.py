@@ -140,5 +140,5 @@ def test_import_coord_does_not_import_the_cli_libraries() -> None:
 def test_status_help_points_at_the_json_schema_where_it_is(offline: Coord) -> None:
     text = offline.run("status", "--help").stdout
     description, _, options = text.partition("\nOptions:\n")
-    assert '{"version": 1, "prefix": PREFIX, "objects": [...]}' in description
+    assert '{"version": 2, "prefix": PREFIX, "objects": [...]}' in description
     assert "JSON for scripts (the schema is above)." in options

@@ -100,7 +100,7 @@ async def test_task_cancel_while_claiming_leaves_no_claim(clients: list[coord.Cl
     a, b, _, _ = clients
     claimer = asyncio.create_task(a.queue("native-claim").claim().__aenter__())
     with anyio.fail_after(10):
-        await wait_for_waiters(a, "native-claim/_turn", 1)
+        await wait_for_waiters(a, "native-claim/_idle", 1)
     claimer.cancel()
     with pytest.raises(asyncio.CancelledError):
         await claimer

@@ -228,7 +228,7 @@ class FaultRun:
                 if self.recipe != "queue":
                     await wait_for_no_waiters(client, NAME)
                     return
-                await wait_for_no_waiters(client, f"{NAME}/_turn")
+                await wait_for_no_waiters(client, f"{NAME}/_idle")
                 await wait_for_no_waiters(client, f"{NAME}/_claims")
                 jobs = await client.backend.entries(f"{NAME}/_jobs/")
         remaining = {decode(e)[0].id for e in jobs.entries}

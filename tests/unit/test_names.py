@@ -1,8 +1,8 @@
 """Names: a user's name never reaches into a recipe's own keys.
 
 A queue ``N`` keeps its jobs under ``N/_jobs``, its claims under ``N/_claims``, ...; a
-partitioner its partitions' locks under ``N/_partitions/<p>``. A lock called
-``emails/_turn`` would stall every claimer of the queue ``emails``, and one called
+partitioner its partitions' locks under ``N/_partitions/<p>``. A semaphore called
+``emails/_idle`` would take the places of the queue's idle lookers, and a lock called
 ``emails/_jobs`` would show as one of its jobs: no segment of a user's name may start
 with ``_``, at any place in the name, for any recipe.
 """
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.anyio
 
 #: Every segment a recipe adds to a name for its own keys (queue, partitioner).
-INTERNAL = ["_turn", "_jobs", "_claims", "_dead", "_ids", "_partitions", "_assignment"]
+INTERNAL = ["_idle", "_jobs", "_claims", "_dead", "_ids", "_partitions", "_assignment"]
 
 FACTORIES: list[tuple[str, Callable[[coord.Client, str], Any]]] = [
     ("mutex", lambda c, n: c.mutex(n)),

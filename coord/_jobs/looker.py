@@ -1,0 +1,345 @@
+"""Looker: one client's claims on one queue, made for all of its idle workers.
+
+A worker that wants a job (``async with queue.claim()``) asks its client's looker for
+the queue and waits, in a local line, for the job it is handed. The looker is one task
+of the client, running while some of its workers wait:
+
+* **Busy queue.** It reads the head of the queue (the oldest jobs, and the live claims),
+  chooses as many claimable jobs as it has waiting workers, and claims each with its own
+  transaction, all at once (:func:`coord._jobs.claim.claim`: the job's header guarded by
+  its version, the claim entry on the worker's lease). Each claimed job goes to the
+  worker that has waited longest. Lookers of other clients do the same: a job two of
+  them reach for is claimed by one, and the other reads again. Alone, a looker takes the
+  oldest claimable jobs; after a conflict it chooses at random among up to four times as
+  many of the oldest as it wants, so that lookers seldom reach for the same one, and it
+  narrows again as its claims succeed. Nobody waits
+  for anybody: claims scale with the workers, up to the store's rate of transactions.
+* **Idle queue.** With nothing claimable, the looker takes a place among the queue's
+  idle lookers (``<name>/_idle``, a semaphore of 2 in registration order) and, once it
+  is one of the first two, watches the queue: a put (or an ack that frees a key, the
+  end of a backoff, an unpark) wakes those two lookers only, never every idle worker of
+  every client. Two, so that one whose process died (its entry goes only with its
+  session) costs nothing: the other claims the job at once. A looker that claims leaves
+  the line, and comes back at its end if its workers wait again: the clients take turns.
+
+A job claimed for a worker that stopped waiting meanwhile (cancelled) goes to the next
+waiting worker, or is given back (no attempt counted).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import time
+import weakref
+from collections import deque
+from typing import TYPE_CHECKING
+
+import anyio
+
+from .._core import keys as _keys
+from .._core import retry as _retry
+from .._core.exceptions import (
+    BackendError,
+    BackendUnavailable,
+    ClosedError,
+    LockLost,
+    SessionExpiredError,
+)
+from .._locks.semaphore import Semaphore
+from . import claim as _claiming
+from . import records as _records
+from .endings import lost_attempt, release_soon
+from .records import Job
+
+if TYPE_CHECKING:
+    from .._locks.hold import Hold
+    from .._sessions.session import Session, SessionSource
+    from ..abc import Entry, Listing
+    from .endings import RetryPolicy
+
+__all__ = ["IDLE_WATCHERS", "Looker", "looker_for"]
+
+_log = logging.getLogger("coord")
+
+#: Idle lookers that watch the queue at once: a put wakes these, and one of them may die.
+IDLE_WATCHERS = 2
+# A look reads this many of the oldest jobs first (then 8x more, ..., then all), so that
+# a long queue whose head is claimable costs one short read, not a read of every job.
+_FIRST_LOOK = 32
+# After conflicts, a looker chooses at random among up to this many times as many
+# claimable jobs as it wants.
+_SPREAD = 4
+
+_LOOKERS: weakref.WeakKeyDictionary[SessionSource, dict[str, Looker]] = weakref.WeakKeyDictionary()
+
+
+def looker_for(source: SessionSource, name: str) -> Looker:
+    """The looker of *source* (a client's sessions) for the queue *name*: one per client
+    and queue, shared by every :class:`coord.Queue` object of that name on it."""
+    lookers = _LOOKERS.setdefault(source, {})
+    looker = lookers.get(name)
+    if looker is None:
+        looker = lookers[name] = Looker(source, name)
+    return looker
+
+
+class _Waiter:
+    """A worker waiting for a job: handed one (or an error) by the looker."""
+
+    __slots__ = ("error", "gone", "job", "ready", "retry")
+
+    def __init__(self, retry: RetryPolicy) -> None:
+        self.retry = retry
+        self.ready = anyio.Event()
+        self.job: Job | None = None
+        self.error: BaseException | None = None
+        self.gone = False  # it stopped waiting (cancelled)
+
+
+class Looker:
+    """Claims jobs of the queue *name* for the waiting workers of one client.
+
+    :param source: the client's sessions
+    :param name: the queue's name
+    """
+
+    def __init__(self, source: SessionSource, name: str) -> None:
+        self._source = source
+        self._name = name
+        self._jobs = f"{name}/_jobs/"
+        self._claims = f"{name}/_claims/"
+        self._idle = Semaphore(source, _keys.internal_name(name, "_idle"), IDLE_WATCHERS)
+        self._idle._counted = False  # the lookers' turns are not the user's locks
+        self._slot: Hold | None = None
+        self._waiters: deque[_Waiter] = deque()
+        self._running = False
+        self._watching: anyio.CancelScope | None = None
+        self._spread = 1  # see _SPREAD
+        self._conflicts = 0  # claims of this round that another client had first
+
+    def __repr__(self) -> str:
+        return f"<coord.Looker {self._name!r} waiting={len(self._waiters)}>"
+
+    async def next(self, retry: RetryPolicy) -> Job:
+        """The next job for this worker, claimed (nothing is claimed if this is
+        cancelled). A checkpoint; waits for a claimable job.
+
+        :raises ClosedError: if the client is closed
+        :raises SessionExpiredError: if the session is lost and none will follow
+        """
+        self._source.check_open()
+        waiter = _Waiter(retry)
+        self._waiters.append(waiter)
+        self._start()
+        try:
+            await waiter.ready.wait()
+        except BaseException:
+            waiter.gone = True
+            with contextlib.suppress(ValueError):
+                self._waiters.remove(waiter)
+            if waiter.job is not None:  # handed over as this one stopped waiting
+                self._pass_on(waiter.job, waiter.retry)
+            self._stop_watching_if_idle()
+            raise
+        if waiter.error is not None:
+            raise waiter.error
+        assert waiter.job is not None
+        return waiter.job
+
+    # -- the looker's task ------------------------------------------------------------------
+
+    def _start(self) -> None:
+        if self._running:
+            return
+        self._running = True
+        try:
+            self._source.spawn(self._run)
+        except ClosedError as exc:
+            self._running = False
+            self._fail_all(exc)
+
+    def _stop_watching_if_idle(self) -> None:
+        if not self._waiters and self._watching is not None:
+            self._watching.cancel()  # nobody waits: the looker may end
+
+    async def _run(self) -> None:
+        try:
+            while self._waiters:
+                session = await self._source.live()
+                try:
+                    await self._round(session)
+                except SessionExpiredError:
+                    # The store refused the session (its lease expired there before the
+                    # client knew): the next one, if any (live() raises if none).
+                    if not self._source.renews:
+                        raise
+                    session.declare_lost("the store refused a request on the session's lease")
+        except (ClosedError, SessionExpiredError) as exc:
+            self._fail_all(exc)
+        except Exception as exc:  # never into the client's task group: to the workers
+            _log.exception("queue %r: the looker failed", self._name)
+            self._fail_all(exc)
+        finally:
+            self._running = False
+            await self._leave_idle()
+            if self._waiters:  # came while it ended
+                self._start()
+
+    def _fail_all(self, error: BaseException) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            waiter.error = error
+            waiter.ready.set()
+
+    async def _round(self, session: Session) -> None:
+        """Read the head of the queue; claim what can be claimed, or wait for a change."""
+        backend = session.backend
+        jobs, claims = await self._read(session)
+        live = {_records.id_of(e.key) for e in claims.entries}
+        wanted = len(self._waiters)
+        now = time.time()
+        picks, wake_at = _claiming.choose_many(jobs.entries, live, now, wanted * self._spread)
+        if picks:
+            if len(picks) > wanted:
+                picks = sorted(random.sample(picks, wanted), key=lambda p: p.order)
+            self._conflicts = 0
+            await self._claim_all(session, picks)
+            grow = self._conflicts > 0
+            self._spread = min(self._spread * 2, _SPREAD) if grow else max(self._spread // 2, 1)
+            if self._conflicts < len(picks) or not self._waiters:
+                # It claimed: to the back of the idle line, if it must wait again, so that
+                # the idle lookers of other clients have their turn (one key's jobs, one at
+                # a time, go round the clients instead of to the first two).
+                await self._leave_idle()
+            return
+        if not self._holding_slot():
+            await self._enter_idle()
+            return  # read again: the watch starts from a read made as a watcher
+        with anyio.CancelScope() as self._watching:
+            if self._waiters:
+                pick = _claiming.Pick()
+                pick.wake_at = wake_at
+                await _claiming.wait_for_change(
+                    backend, (self._jobs, jobs), (self._claims, claims), pick
+                )
+        self._watching = None
+
+    async def _read(self, session: Session) -> tuple[Listing, Listing]:
+        """The oldest jobs (more if none of them is claimable) and the live claims."""
+        backend = session.backend
+        limit: int | None = _FIRST_LOOK
+        for attempt in _retry.attempts():
+            try:
+                jobs = await backend.entries(self._jobs, limit=limit)
+                claims = await backend.entries(self._claims)
+            except BackendUnavailable:
+                await _retry.backoff(attempt)
+                continue
+            if limit is not None and len(jobs.entries) >= limit:
+                live = {_records.id_of(e.key) for e in claims.entries}
+                picks, _ = _claiming.choose_many(jobs.entries, live, time.time(), 1)
+                if not picks:  # nothing claimable among the oldest: read further
+                    limit = limit * 8 if limit < _FIRST_LOOK * 64 else None
+                    continue
+            return jobs, claims
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _claim_all(self, session: Session, picks: list[_claiming.Pick]) -> None:
+        """Claim each of *picks* at once, each for the worker that has waited longest."""
+        async with anyio.create_task_group() as tg:
+            for pick in picks:
+                if not self._waiters:
+                    break
+                waiter = self._waiters.popleft()
+                tg.start_soon(self._claim_for, session, pick, waiter)
+
+    async def _claim_for(self, session: Session, pick: _claiming.Pick, waiter: _Waiter) -> None:
+        try:
+            job = await self._claim(session, pick, waiter.retry)
+        except SessionExpiredError:  # the session is over: the next one, if any
+            session.declare_lost("the store refused a request on the session's lease")
+            job = None
+        except Exception as exc:  # told to the worker, as its own call's failure
+            if not waiter.gone:
+                waiter.error = exc
+                waiter.ready.set()
+            return
+        except BaseException:  # the looker is cancelled (the client closes)
+            if not waiter.gone:
+                self._waiters.appendleft(waiter)
+            raise
+        if job is None:  # someone else had it: the worker waits on, first in line
+            self._conflicts += 1
+            if not waiter.gone:
+                self._waiters.appendleft(waiter)
+            return
+        if waiter.gone:
+            self._pass_on(job, waiter.retry)
+            return
+        waiter.job = job
+        waiter.ready.set()
+
+    async def _claim(
+        self, session: Session, pick: _claiming.Pick, retry: RetryPolicy
+    ) -> Job | None:
+        """Claim *pick* (counting a lost attempt first); None if it could not be had."""
+        assert pick.entry is not None
+        assert pick.state is not None
+        backend = session.backend
+        if pick.state.claim is not None:  # its last claim ended without ack or release
+            pick.state, ops = lost_attempt(pick.entry, pick.state, pick.payload, retry)
+            if ops is not None:  # that was its last attempt: park or dead-letter it
+                with contextlib.suppress(BackendUnavailable):
+                    await backend.transact(ops)
+                return None
+        got = await _claiming.claim(session, self._name, self._claims, pick, self._source.identity)
+        if got is None:
+            return None
+        hold, entry = got
+        if hold.lost:
+            _abandon(hold, entry, pick)
+            return None
+        return Job(hold, entry, pick.state.with_(claim=None), pick.payload)
+
+    def _pass_on(self, job: Job, retry: RetryPolicy) -> None:
+        """A job claimed for a worker that stopped waiting: to the next one, or back."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.gone:
+                waiter.job = job
+                waiter.ready.set()
+                return
+        hold = job._hold
+        hold._finish()
+        release_soon(hold.session, job._entry, job._state, job.payload, hold.entry)
+
+    # -- the idle lookers -------------------------------------------------------------------
+
+    def _holding_slot(self) -> bool:
+        return self._slot is not None and not self._slot.lost
+
+    async def _enter_idle(self) -> None:
+        """Take a place among the idle lookers; return once it is one of the first
+        :data:`IDLE_WATCHERS` (or nobody waits any more)."""
+        await self._leave_idle()  # a slot lost with its session
+        with anyio.CancelScope() as self._watching:
+            if self._waiters:
+                self._slot = await self._idle.acquire()
+        self._watching = None
+
+    async def _leave_idle(self) -> None:
+        slot, self._slot = self._slot, None
+        if slot is None:
+            return
+        with anyio.CancelScope(shield=True), contextlib.suppress(LockLost, BackendError):
+            await self._idle.release()
+
+
+def _abandon(hold: Hold, entry: Entry, pick: _claiming.Pick) -> None:
+    """Give back a claim nobody will work on (the job is claimable again at once, with
+    no attempt counted)."""
+    hold._finish()
+    assert pick.state is not None
+    release_soon(hold.session, entry, pick.state, pick.payload, hold.entry)

@@ -1,0 +1,92 @@
+"""A crashed idle worker costs the queue nothing.
+
+Three workers, each in a process of its own, wait for a job; one of them is killed with
+SIGKILL (its session, and its place among the idle lookers, stay until the TTL); a job is
+put: a live worker claims it within 100 ms. With one looker at a time (a turn mutex)
+the killed one, if it held the turn, stalled every claim for the TTL (8-9 s of ttl=10).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from typing import TYPE_CHECKING
+
+import anyio
+import pytest
+
+import coord
+from coord.testing import wait_for_waiters
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
+
+_WORKER = """
+import sys, time, anyio, coord
+
+async def main(url):
+    async with coord.connect(url, ttl=10) as client:
+        async with client.queue("crash").claim() as job:
+            print(f"{time.time()} {job.payload.decode()}", flush=True)
+
+anyio.run(main, sys.argv[1])
+"""
+
+
+async def _idle_pids(url: str) -> list[int]:
+    """The pids of the three idle lookers, in their order (the first two watch)."""
+    async with coord.connect(url, ttl=10) as client:
+        with anyio.fail_after(30):
+            await wait_for_waiters(client, "crash/_idle", 3)
+        idle = (await client.backend.entries("crash/_idle/")).entries
+        return [json.loads(entry.value)["pid"] for entry in idle]
+
+
+async def _put(url: str) -> float:
+    """Put the job once the killed looker's entry is seen still there; when it was put."""
+    async with coord.connect(url, ttl=10) as client:
+        assert len((await client.backend.entries("crash/_idle/")).entries) == 3
+        await client.queue("crash").put(b"job-1")
+        return time.time()
+
+
+@pytest.mark.parametrize(
+    "store",
+    [
+        pytest.param("etcd", marks=pytest.mark.etcd),
+        pytest.param("zookeeper", marks=pytest.mark.zookeeper),
+    ],
+)
+@pytest.mark.parametrize("victim", [0, 1, 2], ids=["first", "second", "third"])
+def test_a_killed_idle_worker_delays_no_claim(
+    store: str, victim: int, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url = str(request.getfixturevalue(f"{store}_url"))
+    script = tmp_path / "worker.py"
+    script.write_text(_WORKER)
+    workers = [
+        subprocess.Popen([sys.executable, str(script), url], stdout=subprocess.PIPE)
+        for _ in range(3)
+    ]
+    try:
+        pids = anyio.run(_idle_pids, url, backend="asyncio")
+        os.kill(pids[victim], signal.SIGKILL)
+        time.sleep(0.2)  # dead; its session, and its idle entry, live on until the TTL
+        put_at = anyio.run(_put, url, backend="asyncio")
+        outputs = [w.stdout for w in workers if w.pid != pids[victim] and w.stdout]
+        ready, _, _ = select.select(outputs, [], [], 5)
+        assert len(ready) == 1, "no live worker claimed the job"
+        at, payload = ready[0].readline().decode().split()
+        assert payload == "job-1"
+        assert float(at) - put_at < 0.1, f"claimed {float(at) - put_at:.3f} s after the put"
+    finally:
+        for worker in workers:
+            worker.kill()
+            worker.communicate()  # (reaped, and its pipe closed)
