@@ -7,8 +7,9 @@ generated ``zoo.cfg`` on a free loopback port, in a temporary directory:
   (ZooKeeper accepts 2 to 20 ticks unless told otherwise; the maximum is raised here) and
   sessions expire close to their timeout;
 * the four-letter words allowed (``mntr`` gives the server-side counters the tests
-  read), the admin web server off, no fsync (a test server does not need durability
-  across power loss, and fsync makes every write cost milliseconds);
+  read), the admin web server off, no fsync by default (a test server does not need
+  durability across power loss, and fsync makes every write cost milliseconds;
+  ``force_sync=True`` for benchmarks, as production runs it);
 * containers checked every second instead of every minute, so that tests see empty
   lock parents removed.
 """
@@ -86,6 +87,8 @@ class ZooKeeperServer(_Process):
         by default
     :param tick_ms: ZooKeeper's tickTime; sessions may be 2 ticks to
         *max_session_timeout_ms* long
+    :param force_sync: fsync the transaction log before each write is acknowledged, as
+        production ensembles do (``forceSync=yes``); off by default, for tests
     :raises ServerNotFound: if Java or ZooKeeper is not installed
     """
 
@@ -101,6 +104,7 @@ class ZooKeeperServer(_Process):
         max_session_timeout_ms: int = 120_000,
         container_check_ms: int = 1_000,
         quorum: Quorum | None = None,
+        force_sync: bool = False,
     ) -> None:
         found_java = java or os.environ.get("COORD_ZOOKEEPER_JAVA") or shutil.which("java")
         found_jar = jar or _find_jar()
@@ -118,6 +122,7 @@ class ZooKeeperServer(_Process):
         self.max_session_timeout_ms = max_session_timeout_ms
         self.container_check_ms = container_check_ms
         self.quorum = quorum
+        self.force_sync = force_sync
 
     @property
     def endpoint(self) -> str:
@@ -142,7 +147,7 @@ class ZooKeeperServer(_Process):
                     "maxClientCnxns=0",
                     "4lw.commands.whitelist=*",
                     "admin.enableServer=false",
-                    "forceSync=no",
+                    f"forceSync={'yes' if self.force_sync else 'no'}",
                     "preAllocSize=1024",
                     *(self.quorum.config() if self.quorum else []),
                     "",
