@@ -1,85 +1,266 @@
-"""Queue throughput: puts per second, then claim+ack per second with W workers over C
-clients, with jobs spread over K keys, on one store. For comparison in the same run, the
-store's raw cost of the same consensus writes: a mutex acquire+release loop of one client
-(two writes each, like a put plus an ack), so the ratio says what the queue's extra
-reads and its turn mutex cost.
+"""Queue throughput against the store's floor, in one run per store.
 
-    python benchmarks/queue_bench.py --store etcd --jobs 500 --workers 8
-    python benchmarks/queue_bench.py --store zk --jobs 300 --workers 8
+For each store (a throwaway server, durable as production runs it: etcd's default fsync,
+ZooKeeper with ``forceSync=yes``), this prints:
+
+* **puts/s**: *jobs* puts from 8 putter tasks of one client;
+* **floor**: the same writes as one job's claim and ack, made by the raw client library
+  with the same number of tasks in flight over 4 connections — a compare-and-put of the
+  job (the claim, guarded by the job's version) and a delete (the ack), nothing else: no
+  reads, no claim entry, no ordering. etcd: aetcd's gRPC stubs on grpc.aio; ZooKeeper:
+  kazoo's async calls (``set_async`` with a version, ``delete_async``);
+* **the queue**: claim+ack/s of coord's queue with W workers over 4 clients, without
+  keys and with jobs spread over 16 keys (per-key order: a key's next job waits for the
+  ack of the previous one);
+* on ZooKeeper, **kazoo's LockingQueue** with 8 worker threads over 4 clients (its
+  ``get`` then ``consume``).
+
+Ratios: queue / floor at the same W, and the queue at 32 workers / at 8.
+
+    python benchmarks/queue_bench.py                     # both stores
+    python benchmarks/queue_bench.py --store etcd --jobs 2000
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import threading
 import time
 from contextlib import AsyncExitStack
+from typing import Any
 
-import anyio
+import grpc
+from aetcd import rpc
+from kazoo.client import KazooClient
+from kazoo.recipe.queue import LockingQueue
 
 import coord
 from coord.testing import EtcdServer, ZooKeeperServer
 
+CLIENTS = int(__import__("os").environ.get("QB_CLIENTS", "4"))
+PUTTERS = 8
+WORKERS = (8, 32)
+KEYS = 16
+PAYLOAD = b"x" * 100
 
-async def bench(url: str, jobs: int, workers: int, clients: int, keys: int) -> float:
-    """Print the rates; return the claim+acks per second."""
+
+# -- coord's queue ------------------------------------------------------------------------
+
+
+async def queue_puts(url: str, jobs: int, name: str, keys: int) -> float:
+    """*jobs* puts from PUTTERS tasks of one client: puts per second."""
+    async with coord.connect(url, ttl=10) as client:
+        queue = client.queue(name)
+        numbers = iter(range(jobs))
+
+        async def putter() -> None:
+            for n in numbers:
+                await queue.put(PAYLOAD, key=f"k{n % keys}" if keys else None)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(putter() for _ in range(PUTTERS)))
+        return jobs / (time.perf_counter() - started)
+
+
+async def queue_claims(url: str, jobs: int, workers: int, keys: int) -> float:
+    """Put *jobs* (untimed), then claim+ack them with *workers* over CLIENTS clients."""
+    name = f"q{workers}k{keys}"
+    await queue_puts(url, jobs, name, keys)
     async with AsyncExitStack() as stack:
-        pool = [await stack.enter_async_context(coord.connect(url, ttl=10)) for _ in range(clients)]
-        queue = pool[0].queue("bench")
-        started = time.monotonic()
-        for n in range(jobs):
-            await queue.put(b"x" * 100, key=f"k{n % keys}" if keys else None)
-        put_took = time.monotonic() - started
+        pool = [await stack.enter_async_context(coord.connect(url, ttl=10)) for _ in range(CLIENTS)]
         done = 0
-        finished = anyio.Event()
+        finished = asyncio.Event()
 
         async def worker(client: coord.Client) -> None:
             nonlocal done
-            q = client.queue("bench")
+            queue = client.queue(name)
             while True:
-                async with q.claim():
+                async with queue.claim():
                     pass
                 done += 1
-                if done == jobs:
+                if done >= jobs:
                     finished.set()
 
-        started = time.monotonic()
-        async with anyio.create_task_group() as tg:
-            for number in range(workers):
-                tg.start_soon(worker, pool[number % clients])
-            await finished.wait()
-            tg.cancel_scope.cancel()
-        claim_took = time.monotonic() - started
-        mutex = pool[0].mutex("bench-peer")
-        started = time.monotonic()
-        for _ in range(jobs):
-            async with mutex:
-                pass
-        peer_took = time.monotonic() - started
-    print(
-        f"{jobs} jobs, {keys} keys, {workers} workers on {clients} clients: "
-        f"put {jobs / put_took:.0f}/s, claim+ack {jobs / claim_took:.0f}/s; "
-        f"peer (one client's mutex acquire+release) {jobs / peer_took:.0f}/s; "
-        f"claim+ack / peer = {peer_took / claim_took:.2f}"
-    )
-    return jobs / claim_took
+        started = time.perf_counter()
+        tasks = [asyncio.create_task(worker(pool[n % CLIENTS])) for n in range(workers)]
+        await finished.wait()
+        took = time.perf_counter() - started
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return jobs / took
+
+
+# -- the floor: etcd ----------------------------------------------------------------------
+
+
+async def etcd_floor(endpoint: str, jobs: int, workers: int) -> float:
+    channels = [grpc.aio.insecure_channel(endpoint) for _ in range(CLIENTS)]
+    stubs = [rpc.KVStub(channel) for channel in channels]
+    keys = [f"floor{workers}/{n:08d}".encode() for n in range(jobs)]
+    sem = asyncio.Semaphore(64)
+
+    async def put(n: int) -> None:
+        async with sem:
+            await stubs[n % CLIENTS].Put(rpc.PutRequest(key=keys[n], value=PAYLOAD))
+
+    await asyncio.gather(*(put(n) for n in range(jobs)))
+    todo = iter(range(jobs))
+
+    async def worker(stub: Any) -> None:
+        for n in todo:
+            key = keys[n]
+            compare = rpc.Compare(
+                key=key,
+                result=rpc.Compare.CompareResult.EQUAL,
+                target=rpc.Compare.CompareTarget.VERSION,
+                version=1,
+            )
+            claim = rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=PAYLOAD + b"c"))
+            reply = await stub.Txn(rpc.TxnRequest(compare=[compare], success=[claim]))
+            assert reply.succeeded
+            await stub.DeleteRange(rpc.DeleteRangeRequest(key=key))
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker(stubs[n % CLIENTS]) for n in range(workers)))
+    took = time.perf_counter() - started
+    for channel in channels:
+        await channel.close()
+    return jobs / took
+
+
+# -- the floor and the peer: ZooKeeper ----------------------------------------------------
+
+
+def _kazoo(hosts: str) -> KazooClient:
+    client = KazooClient(hosts=hosts, timeout=10)
+    client.start(timeout=15)
+    return client
+
+
+async def _done(result: Any) -> Any:
+    """Await one of kazoo's async results (it completes on kazoo's callback thread)."""
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+
+    def ready(_: Any) -> None:
+        loop.call_soon_threadsafe(lambda: future.done() or future.set_result(None))
+
+    result.rawlink(ready)
+    await future
+    return result.get()
+
+
+async def zk_floor(hosts: str, jobs: int, workers: int) -> float:
+    clients = [_kazoo(hosts) for _ in range(CLIENTS)]
+    try:
+        base = f"/floor{workers}"
+        clients[0].ensure_path(base)
+        sem = asyncio.Semaphore(64)
+
+        async def put(n: int) -> str:
+            async with sem:
+                return str(
+                    await _done(
+                        clients[n % CLIENTS].create_async(f"{base}/j-", PAYLOAD, sequence=True)
+                    )
+                )
+
+        paths = await asyncio.gather(*(put(n) for n in range(jobs)))
+        todo = iter(paths)
+
+        async def worker(client: KazooClient) -> None:
+            for path in todo:
+                await _done(client.set_async(path, PAYLOAD + b"c", version=0))
+                await _done(client.delete_async(path, version=1))
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(clients[n % CLIENTS]) for n in range(workers)))
+        return jobs / (time.perf_counter() - started)
+    finally:
+        for client in clients:
+            client.stop()
+            client.close()
+
+
+def kazoo_locking_queue(hosts: str, jobs: int, workers: int) -> float:
+    """kazoo's LockingQueue: *jobs* put (untimed), then get+consume by *workers* threads
+    over CLIENTS clients."""
+    clients = [_kazoo(hosts) for _ in range(CLIENTS)]
+    try:
+        LockingQueue(clients[0], "/kazoo-queue").put_all([PAYLOAD] * jobs)
+        # One LockingQueue per thread: it keeps the element it holds.
+        queues = [LockingQueue(clients[n % CLIENTS], "/kazoo-queue") for n in range(workers)]
+        lock = threading.Lock()
+        done = [0]
+
+        def worker(queue: LockingQueue) -> None:
+            while True:
+                with lock:
+                    if done[0] >= jobs:
+                        return
+                    done[0] += 1
+                if queue.get(timeout=30) is None:
+                    return
+                queue.consume()
+
+        threads = [threading.Thread(target=worker, args=(queue,)) for queue in queues]
+        started = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return jobs / (time.perf_counter() - started)
+    finally:
+        for client in clients:
+            client.stop()
+            client.close()
+
+
+# -- the run ------------------------------------------------------------------------------
+
+
+async def run_store(store: str, server: Any, jobs: int) -> None:
+    url = f"{server.url}/bench"
+    puts = await queue_puts(url, jobs * 2, "puts", KEYS)
+    print(f"{store}: puts {puts:,.0f}/s ({jobs * 2} jobs from {PUTTERS} putters)")
+    rates: dict[tuple[int, int], float] = {}
+    for workers in WORKERS:
+        if store == "etcd":
+            floor = await etcd_floor(server.endpoint, jobs, workers)
+        else:
+            floor = await zk_floor(server.endpoint, jobs, workers)
+        line = [f"{store}: {workers} workers on {CLIENTS} clients: floor {floor:,.0f}/s"]
+        for keys in (0, KEYS):
+            rate = rates[workers, keys] = await queue_claims(url, jobs, workers, keys)
+            what = f"{keys} keys" if keys else "no keys"
+            line.append(f"queue ({what}) {rate:,.0f}/s = {rate / floor:.2f} of the floor")
+        print("; ".join(line))
+    for keys in (0, KEYS):
+        what = f"{keys} keys" if keys else "no keys"
+        print(
+            f"{store}: queue ({what}) at {WORKERS[1]} workers / at {WORKERS[0]}: "
+            f"{rates[WORKERS[1], keys] / rates[WORKERS[0], keys]:.2f}"
+        )
+    if store == "zk":
+        peer = await asyncio.to_thread(kazoo_locking_queue, server.endpoint, jobs // 2, 8)
+        print(
+            f"zk: kazoo LockingQueue, 8 worker threads on {CLIENTS} clients: {peer:,.0f}/s; "
+            f"coord's queue (no keys, 8 workers) / kazoo: {rates[8, 0] / peer:.1f}"
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--store", choices=["etcd", "zk"], default="etcd")
-    parser.add_argument("--url", help="an existing store (default: start a throwaway one)")
-    parser.add_argument("--jobs", type=int, default=500)
-    parser.add_argument("--workers", type=int, default=8)
-    parser.add_argument("--clients", type=int, default=4)
-    parser.add_argument("--keys", type=int, default=16)
+    parser.add_argument("--store", choices=["etcd", "zk", "both"], default="both")
+    parser.add_argument("--jobs", type=int, default=1000)
     args = parser.parse_args()
-    if args.url:
-        anyio.run(bench, args.url, args.jobs, args.workers, args.clients, args.keys)
-        return
-    server = EtcdServer() if args.store == "etcd" else ZooKeeperServer()
-    with server:
-        url = f"{server.url}/bench"
-        anyio.run(bench, url, args.jobs, args.workers, args.clients, args.keys)
+    stores = ["etcd", "zk"] if args.store == "both" else [args.store]
+    for store in stores:
+        server = EtcdServer() if store == "etcd" else ZooKeeperServer(force_sync=True)
+        with server:
+            asyncio.run(run_store(store, server, args.jobs))
 
 
 if __name__ == "__main__":

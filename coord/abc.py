@@ -473,10 +473,19 @@ class Backend(AsyncResource):
         """
 
     @abstractmethod
-    async def entries(self, prefix: str, *, limit: int | None = None) -> Listing:
+    async def entries(
+        self, prefix: str, *, limit: int | None = None, stale_ok: bool = False
+    ) -> Listing:
         """The waiter entries of *prefix* (those :meth:`register` made, keys ``prefix +
         "@..."``, never the keys of a nested name), oldest first, with the store
-        revision at which they were read."""
+        revision at which they were read.
+
+        :param stale_ok: the store may answer from the state its member has applied,
+            without first confirming that it is the latest (etcd's serializable read): the
+            listing may miss the latest changes, but is a state the store had at the
+            revision it gives, never older than what this backend read before from the
+            same member. For a caller that guards each write by what it read and watches
+            from that revision. ZooKeeper and memory read so always."""
 
     @abstractmethod
     async def names(self, prefix: str = "") -> list[str]:

@@ -33,12 +33,12 @@ from . import records as _records
 from .endings import release_soon
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Sequence
+    from collections.abc import Awaitable, Callable, Sequence
 
     from .._sessions.session import Session
     from ..abc import Backend, Listing, Op
 
-__all__ = ["ClaimHold", "Pick", "choose", "choose_many", "claim", "wait_for_change"]
+__all__ = ["ClaimHold", "Pick", "choose_many", "claim", "wait_for_change"]
 
 
 class ClaimHold(Hold):
@@ -48,59 +48,42 @@ class ClaimHold(Hold):
 
 
 class Pick:
-    """What :func:`choose` found: a job to claim (the *order*-th oldest read), or when to
-    look again."""
+    """What :func:`choose_many` found: a job to claim, the *order*-th oldest read."""
 
     def __init__(self) -> None:
         self.entry: Entry | None = None
         self.state: _records.State | None = None
         self.payload = b""
-        self.wake_at: float | None = None
         self.order = 0
 
 
-def choose(jobs: Sequence[Entry], live_claims: set[str], now: float) -> Pick:
-    """The oldest claimable job among *jobs* (oldest first), given the ids of the claims
-    that exist."""
-    pick = Pick()
-    blocked: set[str] = set()
-    for entry in jobs:
-        state, payload = _records.decode(entry)
-        if state.key is not None:
-            if state.key in blocked:
-                continue  # not the oldest outstanding job of its key
-            blocked.add(state.key)
-        if state.parked:
-            continue
-        if state.claim is not None and state.claim in live_claims:
-            continue
-        elif state.not_before > now:
-            pick.wake_at = min(pick.wake_at or state.not_before, state.not_before)
-        else:
-            pick.entry, pick.state, pick.payload = entry, state, payload
-            return pick
-    return pick
-
-
 def choose_many(
-    jobs: Sequence[Entry], live_claims: set[str], now: float, most: int
+    jobs: Sequence[Entry],
+    live_claims: set[str] | None,
+    now: float,
+    most: int,
+    decode: Callable[[Entry], tuple[_records.State, bytes]] = _records.decode,
 ) -> tuple[list[Pick], float | None]:
     """The oldest claimable jobs among *jobs* (oldest first), at most *most*, given the
-    ids of the claims that exist; and when a job backing off becomes claimable (None if
-    none does). Claimable: not claimed by a live claim, not parked, not backing off, and
-    the oldest outstanding job of its key."""
+    ids of the claims that exist (None: not read, every claim a job names is taken to be
+    live); and when a job backing off becomes claimable (None if none does). Claimable:
+    not claimed by a live claim, not parked, not backing off, and the oldest outstanding
+    job of its key. *decode* reads a job entry (:func:`coord._jobs.records.decode`, or a
+    caching one)."""
     picks: list[Pick] = []
     wake_at: float | None = None
     blocked: set[str] = set()
     for order, entry in enumerate(jobs):
         if len(picks) >= most:
             break
-        state, payload = _records.decode(entry)
+        state, payload = decode(entry)
         if state.key is not None:
             if state.key in blocked:
                 continue  # not the oldest outstanding job of its key
             blocked.add(state.key)
-        if state.parked or (state.claim is not None and state.claim in live_claims):
+        if state.parked or (
+            state.claim is not None and (live_claims is None or state.claim in live_claims)
+        ):
             continue
         if state.not_before > now:
             wake_at = state.not_before if wake_at is None else min(wake_at, state.not_before)
@@ -155,7 +138,10 @@ async def claim(
 
 
 async def wait_for_change(
-    backend: Backend, jobs: tuple[str, Listing], claims: tuple[str, Listing], pick: Pick
+    backend: Backend,
+    jobs: tuple[str, Listing],
+    claims: tuple[str, Listing],
+    wake_at: float | None,
 ) -> None:
     """Wait until something may have made a job claimable: a job created or deleted, a
     claim deleted (an unpark creates and deletes one), a backoff over. Returns
@@ -167,8 +153,8 @@ async def wait_for_change(
         # Also the passing entry an unpark creates and deletes there.
         _first(backend, claims_prefix, claim_listing.revision, deletes_only=True),
     ]
-    if pick.wake_at is not None:
-        waits.append(anyio.sleep(max(pick.wake_at - time.time(), 0.0)))
+    if wake_at is not None:
+        waits.append(anyio.sleep(max(wake_at - time.time(), 0.0)))
     async with anyio.create_task_group() as tg:
         for wait in waits:
             tg.start_soon(_then_cancel, wait, tg.cancel_scope)

@@ -4,16 +4,23 @@ A worker that wants a job (``async with queue.claim()``) asks its client's looke
 the queue and waits, in a local line, for the job it is handed. The looker is one task
 of the client, running while some of its workers wait:
 
-* **Busy queue.** It reads the head of the queue (the oldest jobs, and the live claims),
-  chooses as many claimable jobs as it has waiting workers, and claims each with its own
-  transaction, all at once (:func:`coord._jobs.claim.claim`: the job's header guarded by
-  its version, the claim entry on the worker's lease). Each claimed job goes to the
-  worker that has waited longest. Lookers of other clients do the same: a job two of
-  them reach for is claimed by one, and the other reads again. Alone, a looker takes the
-  oldest claimable jobs; after a conflict it chooses at random among up to four times as
-  many of the oldest as it wants, so that lookers seldom reach for the same one, and it
-  narrows again as its claims succeed. Nobody waits
-  for anybody: claims scale with the workers, up to the store's rate of transactions.
+* **Busy queue.** It claims jobs for the workers waiting, each with its own
+  transaction, all at once (:func:`coord._jobs.claim.claim`: the job's header guarded
+  by its version as read, the claim entry on the worker's lease); each claimed job goes
+  to the worker that has waited longest. It takes them from a *stock*: the claimable
+  jobs of its last read of the head of the queue (up to 8), so most claims need no read
+  of their own. A stock can be stale — that is safe, since a job claimed, acked or
+  changed meanwhile fails its guard, and the looker reads again when most of a round's
+  claims fail. Reads of the jobs may be served from the store member's applied state
+  (etcd's serializable read), for the same reason. The live claims (which tell a dead
+  worker's job, to be claimed again) are read after the jobs, when nothing is claimable
+  without them, and at least every half second.
+* **Lanes.** Lookers of other clients claim from the same head. Alone, a looker takes
+  the oldest claimable jobs. After a conflict (a job another looker had first) it takes,
+  for two seconds, only the jobs of its own lane: its place among the lookers whose
+  claims it has seen lately (each claim names its looker), a job's lane being a hash of
+  its key. So lookers in contention reach for different jobs, and nobody waits for
+  anybody: claims scale with the workers, up to the store's rate of transactions.
 * **Idle queue.** With nothing claimable, the looker takes a place among the queue's
   idle lookers (``<name>/_idle``, a semaphore of 2 in registration order) and, once it
   is one of the first two, watches the queue: a put (or an ack that frees a key, the
@@ -29,10 +36,13 @@ waiting worker, or is given back (no attempt counted).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import random
 import time
+import uuid
 import weakref
+import zlib
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -56,7 +66,7 @@ from .records import Job
 if TYPE_CHECKING:
     from .._locks.hold import Hold
     from .._sessions.session import Session, SessionSource
-    from ..abc import Entry, Listing
+    from ..abc import Backend, Entry, Listing
     from .endings import RetryPolicy
 
 __all__ = ["IDLE_WATCHERS", "Looker", "looker_for"]
@@ -68,9 +78,17 @@ IDLE_WATCHERS = 2
 # A look reads this many of the oldest jobs first (then 8x more, ..., then all), so that
 # a long queue whose head is claimable costs one short read, not a read of every job.
 _FIRST_LOOK = 32
-# After conflicts, a looker chooses at random among up to this many times as many
-# claimable jobs as it wants.
-_SPREAD = 4
+# A read keeps up to this many claimable jobs in stock, claimed by the next rounds
+# without reading again (each claim is guarded by the job's version as read).
+_STOCK = 8
+# After a conflict, lookers take jobs of their own lane for this many seconds.
+_CONTENDED_FOR = 2.0
+# A looker whose claims were seen within this many seconds counts (see Looker._share).
+_LOOKERS_FOR = 3.0
+# Job headers remembered by _decode, at most.
+_DECODED = 4096
+# The live claims are read at least this often (seconds) while jobs are claimable.
+_CLAIMS_EVERY = 0.5
 
 _LOOKERS: weakref.WeakKeyDictionary[SessionSource, dict[str, Looker]] = weakref.WeakKeyDictionary()
 
@@ -116,8 +134,15 @@ class Looker:
         self._waiters: deque[_Waiter] = deque()
         self._running = False
         self._watching: anyio.CancelScope | None = None
-        self._spread = 1  # see _SPREAD
+        self._token = uuid.uuid4().hex[:12]  # names this looker's claims (see _share)
+        self._lookers: list[str] = [self._token]  # the lookers seen claiming lately
+        self._seen: dict[str, float] = {}  # looker token -> when last seen (monotonic)
+        self._contended_until = 0.0  # lanes until then (monotonic; see _share)
         self._conflicts = 0  # claims of this round that another client had first
+        self._claims_due = 0.0  # when the claims must be read again (monotonic)
+        self._stock: list[_claiming.Pick] = []  # claimable when last read, oldest first
+        self._stock_session: Session | None = None
+        self._decoded: dict[str, tuple[int, _records.State, bytes]] = {}  # see _decode
 
     def __repr__(self) -> str:
         return f"<coord.Looker {self._name!r} waiting={len(self._waiters)}>"
@@ -194,57 +219,132 @@ class Looker:
             waiter.ready.set()
 
     async def _round(self, session: Session) -> None:
-        """Read the head of the queue; claim what can be claimed, or wait for a change."""
+        """Claim from the stock of claimable jobs last read; with none left, read the head
+        of the queue, and if nothing is claimable there, wait for a change."""
         backend = session.backend
-        jobs, claims = await self._read(session)
-        live = {_records.id_of(e.key) for e in claims.entries}
-        wanted = len(self._waiters)
-        now = time.time()
-        picks, wake_at = _claiming.choose_many(jobs.entries, live, now, wanted * self._spread)
-        if picks:
-            if len(picks) > wanted:
-                picks = sorted(random.sample(picks, wanted), key=lambda p: p.order)
-            self._conflicts = 0
-            await self._claim_all(session, picks)
-            grow = self._conflicts > 0
-            self._spread = min(self._spread * 2, _SPREAD) if grow else max(self._spread // 2, 1)
-            if self._conflicts < len(picks) or not self._waiters:
-                # It claimed: to the back of the idle line, if it must wait again, so that
-                # the idle lookers of other clients have their turn (one key's jobs, one at
-                # a time, go round the clients instead of to the first two).
-                await self._leave_idle()
-            return
+        if not self._stock or self._stock_session is not session:
+            jobs, claims = await self._read(session)
+            live = None if claims is None else {_records.id_of(e.key) for e in claims.entries}
+            now = time.time()
+            picks, wake_at = _claiming.choose_many(
+                jobs.entries, live, now, len(jobs.entries), self._decode
+            )
+            if not picks:
+                assert claims is not None  # nothing claimable: the claims were read (_read)
+                await self._wait_idle(backend, jobs, claims, wake_at)
+                return
+            self._stock, self._stock_session = self._share(picks)[:_STOCK], session
+        self._conflicts = 0
+        picks = self._take(len(self._waiters))
+        await self._claim_all(session, picks)
+        if self._conflicts:
+            # Another looker reached for the same job: learn who claims (its lane may be
+            # new), and read again if the stock was mostly taken meanwhile.
+            self._claims_due = 0.0
+            self._contended_until = time.monotonic() + _CONTENDED_FOR
+            if self._conflicts * 2 > len(picks):
+                self._stock = []
+        if self._conflicts < len(picks) or not self._waiters:
+            # It claimed: to the back of the idle line, if it must wait again, so that
+            # the idle lookers of other clients have their turn (one key's jobs, one at
+            # a time, go round the clients instead of to the first two).
+            await self._leave_idle()
+
+    def _share(self, picks: list[_claiming.Pick]) -> list[_claiming.Pick]:
+        """This looker's share of the claimable jobs *picks* (oldest first). Without a
+        conflict in the last :data:`_CONTENDED_FOR` seconds, all of them. Else those of its
+        lane, its place among the n lookers whose claims it last read (a job's lane is a
+        hash of its key, modulo n), so that lookers
+        claiming at once reach for different jobs. Alone, that is every job, oldest
+        first. All of them if its share is empty (fewer jobs than lookers)."""
+        lookers = self._lookers
+        if time.monotonic() >= self._contended_until:
+            return picks  # no conflict lately: the oldest first
+        lane, lanes = lookers.index(self._token), len(lookers)
+        mine = [p for p in picks if _lane(p, lanes) == lane]
+        if mine:
+            return mine
+        return sorted(random.sample(picks, min(len(picks), _STOCK)), key=lambda p: p.order)
+
+    def _seen_lookers(self, claims: Listing) -> None:
+        """Note the lookers that hold claims now (their token is in the claim's value);
+        those seen within :data:`_LOOKERS_FOR` seconds count."""
+        now = time.monotonic()
+        seen = self._seen
+        seen[self._token] = now
+        for entry in claims.entries:
+            with contextlib.suppress(ValueError, AttributeError):
+                token = json.loads(entry.value).get("looker")
+                if isinstance(token, str):
+                    seen[token] = now
+        for token in [t for t, at in seen.items() if at < now - _LOOKERS_FOR]:
+            del seen[token]
+        self._lookers = sorted(seen)
+
+    def _take(self, wanted: int) -> list[_claiming.Pick]:
+        """Take the oldest *wanted* picks out of the stock."""
+        taken, self._stock = self._stock[:wanted], self._stock[wanted:]
+        return taken
+
+    async def _wait_idle(
+        self, backend: Backend, jobs: Listing, claims: Listing, wake_at: float | None
+    ) -> None:
+        """Nothing is claimable: take a place among the idle lookers, or, holding one,
+        watch the queue until something may have changed."""
         if not self._holding_slot():
             await self._enter_idle()
             return  # read again: the watch starts from a read made as a watcher
         with anyio.CancelScope() as self._watching:
             if self._waiters:
-                pick = _claiming.Pick()
-                pick.wake_at = wake_at
                 await _claiming.wait_for_change(
-                    backend, (self._jobs, jobs), (self._claims, claims), pick
+                    backend, (self._jobs, jobs), (self._claims, claims), wake_at
                 )
         self._watching = None
 
-    async def _read(self, session: Session) -> tuple[Listing, Listing]:
-        """The oldest jobs (more if none of them is claimable) and the live claims."""
+    async def _read(self, session: Session) -> tuple[Listing, Listing | None]:
+        """The oldest jobs (more if none of them is claimable), and the live claims when
+        they are needed: when no job is claimable unless some claim it names is dead, and
+        at least every :data:`_CLAIMS_EVERY` seconds (so that the job of a dead worker is
+        found while others are claimable). Without them every claim a job names is taken
+        to be live, which is safe: its job is only passed over for now."""
         backend = session.backend
         limit: int | None = _FIRST_LOOK
         for attempt in _retry.attempts():
             try:
-                jobs = await backend.entries(self._jobs, limit=limit)
-                claims = await backend.entries(self._claims)
+                jobs = await backend.entries(self._jobs, limit=limit, stale_ok=True)
+                claims = None
+                now = time.monotonic()
+                if now >= self._claims_due or not self._any_claimable(jobs, None):
+                    # Read after the jobs: a claim made after the jobs were read fails
+                    # its guard; one deleted after this read is seen by a watch from it.
+                    claims = await backend.entries(self._claims)
+                    self._claims_due = now + _CLAIMS_EVERY
+                    self._seen_lookers(claims)
             except BackendUnavailable:
                 await _retry.backoff(attempt)
                 continue
-            if limit is not None and len(jobs.entries) >= limit:
-                live = {_records.id_of(e.key) for e in claims.entries}
-                picks, _ = _claiming.choose_many(jobs.entries, live, time.time(), 1)
-                if not picks:  # nothing claimable among the oldest: read further
+            if claims is not None and limit is not None and len(jobs.entries) >= limit:
+                if not self._any_claimable(jobs, claims):  # none among the oldest: further
                     limit = limit * 8 if limit < _FIRST_LOOK * 64 else None
                     continue
             return jobs, claims
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _any_claimable(self, jobs: Listing, claims: Listing | None) -> bool:
+        live = None if claims is None else {_records.id_of(e.key) for e in claims.entries}
+        return bool(_claiming.choose_many(jobs.entries, live, time.time(), 1, self._decode)[0])
+
+    def _decode(self, entry: Entry) -> tuple[_records.State, bytes]:
+        """:func:`coord._jobs.records.decode`, remembered per key and version: the head
+        of a busy queue is read again and again, mostly unchanged."""
+        known = self._decoded.get(entry.key)
+        if known is not None and known[0] == entry.version:
+            return known[1], known[2]
+        state, payload = _records.decode(entry)
+        if len(self._decoded) >= _DECODED:
+            self._decoded.clear()
+        self._decoded[entry.key] = (entry.version, state, payload)
+        return state, payload
 
     async def _claim_all(self, session: Session, picks: list[_claiming.Pick]) -> None:
         """Claim each of *picks* at once, each for the worker that has waited longest."""
@@ -294,7 +394,8 @@ class Looker:
                 with contextlib.suppress(BackendUnavailable):
                     await backend.transact(ops)
                 return None
-        got = await _claiming.claim(session, self._name, self._claims, pick, self._source.identity)
+        identity = {**self._source.identity, "looker": self._token}
+        got = await _claiming.claim(session, self._name, self._claims, pick, identity)
         if got is None:
             return None
         hold, entry = got
@@ -335,6 +436,11 @@ class Looker:
             return
         with anyio.CancelScope(shield=True), contextlib.suppress(LockLost, BackendError):
             await self._idle.release()
+
+
+def _lane(pick: _claiming.Pick, lanes: int) -> int:
+    assert pick.entry is not None
+    return zlib.crc32(pick.entry.key.encode()) % lanes
 
 
 def _abandon(hold: Hold, entry: Entry, pick: _claiming.Pick) -> None:

@@ -124,11 +124,16 @@ async def test_a_put_wakes_one_idle_worker_not_all(
             original = client.backend.entries
 
             async def counting(  # type: ignore[no-untyped-def]
-                prefix: str, *, limit: int | None = None, _o=original, _n=number
+                prefix: str,
+                *,
+                limit: int | None = None,
+                stale_ok: bool = False,
+                _o=original,
+                _n=number,
             ) -> object:
                 if prefix.endswith("/_jobs/"):
                     readers.add(_n)
-                return await _o(prefix, limit=limit)
+                return await _o(prefix, limit=limit, stale_ok=stale_ok)
 
             monkeypatch.setattr(client.backend, "entries", counting)
         with anyio.fail_after(20):

@@ -573,7 +573,9 @@ class EtcdBackend(Backend):
                 results.append(None)
         return tuple(results)
 
-    async def entries(self, prefix: str, *, limit: int | None = None) -> Listing:
+    async def entries(
+        self, prefix: str, *, limit: int | None = None, stale_ok: bool = False
+    ) -> Listing:
         start, end = self._queue_range(prefix)
         # Links (_waitqueue.py) are no entries: a waiter may bring one, so twice as many keys
         # are read, and all of them if that found too few.
@@ -585,6 +587,7 @@ class EtcdBackend(Backend):
                 sort_order=_ASCEND,
                 sort_target=_BY_CREATE,
                 limit=2 * wanted,
+                serializable=stale_ok,
             )
             reply = await self._conn.call("list", lambda c: c.kv.Range, request)
             found = entries_of(reply.kvs)

@@ -397,7 +397,9 @@ class MemoryBackend(Backend):
         await checkpoint()
         return results
 
-    async def entries(self, prefix: str, *, limit: int | None = None) -> Listing:
+    async def entries(
+        self, prefix: str, *, limit: int | None = None, stale_ok: bool = False
+    ) -> Listing:
         await self._enter(prefix)
         queue = self.store._queue(prefix)
         listing = Listing(tuple(queue[:limit] if limit is not None else queue), self.store.revision)

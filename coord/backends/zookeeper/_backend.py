@@ -340,7 +340,9 @@ class ZooKeeperBackend(FaultHooks, Backend):
         self._check_open()
         return await self._multi.transact(ops, self._session_of)
 
-    async def entries(self, prefix: str, *, limit: int | None = None) -> Listing:
+    async def entries(
+        self, prefix: str, *, limit: int | None = None, stale_ok: bool = False
+    ) -> Listing:
         """The waiter entries of *prefix*, oldest first, with the parent's pzxid as the
         revision (0 if it does not exist).
 
