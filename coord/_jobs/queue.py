@@ -261,6 +261,10 @@ class Queue:
         :raises ConfigurationError: for an id that is not valid (nothing is written)
         :raises OutcomeUnknown: if a batch was sent and no answer came (its message
             says how many were purged before it)
+
+        If cancelled, the batches answered before are deleted and the rest are not; a
+        batch already sent is waited for (up to the TTL) before the cancellation takes
+        effect.
         """
         return await self._remover.purge(job_ids)
 

@@ -28,6 +28,8 @@ import re
 from functools import partial
 from typing import TYPE_CHECKING, Literal
 
+import anyio.lowlevel
+
 from .._core.exceptions import BackendUnavailable, OutcomeUnknown, SessionExpiredError
 from ..abc import Remove
 from . import records as _records
@@ -140,6 +142,9 @@ class Remover:
 
         :raises OutcomeUnknown: if it was sent and no answer came
         """
+        # A caller cancelled while an earlier write was waited for (shielded) stops
+        # here, before sending more.
+        await anyio.lowlevel.checkpoint_if_cancelled()
         session = await self._source.live()
         backend = session.backend
         what = f"the {operation} of job {job_id!r}" if job_id else f"a {operation}"

@@ -291,6 +291,29 @@ async def test_a_batch_refused_by_a_letter_gone_meanwhile_is_purged_again(
     assert (await queue.stats()).depth == 1
 
 
+async def test_a_cancelled_purge_stops_after_the_batch_in_flight(
+    clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cancelled while a batch is in flight: that batch is waited for (it may be done),
+    and no further batch is sent."""
+    a, _, _, _ = clients
+    queue = a.queue("stop", max_attempts=1, on_exhausted="dead_letter")
+    await dead_letters(queue, 3)
+    transact = a.backend.transact
+    with anyio.CancelScope() as scope:
+
+        async def cancel_then(ops: Sequence[Op]) -> Any:
+            scope.cancel()
+            return await transact(ops)
+
+        monkeypatch.setattr(a.backend, "max_ops", 1)
+        monkeypatch.setattr(a.backend, "transact", cancel_then)
+        await queue.purge()
+    assert scope.cancelled_caught
+    monkeypatch.undo()
+    assert len(await queue.dead_letters()) == 2
+
+
 async def test_bad_input_raises_before_anything_is_written(
     clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch
 ) -> None:
