@@ -278,8 +278,13 @@ class Backend(AsyncResource):
     #: can make the server refuse a request, or drop the connection (ZooKeeper does, for
     #: a packet over ``jute.maxbuffer``: every hold of the client would go with it).
     #: Keys take at most 4,096 bytes (UTF-8, without the namespace) in any call, and a
-    #: transaction at most 64 operations.
+    #: transaction at most :attr:`max_ops` operations.
     max_request_size: int = 1_040_000
+    #: The most operations one :meth:`transact` takes: etcd refuses more than 128
+    #: compares per transaction (``--max-txn-ops``), and an Update or a Remove is two of
+    #: them there. A recipe writing many entries (a purge) splits them into transactions
+    #: of at most this many.
+    max_ops: int = 64
 
     @property
     def url(self) -> str:

@@ -33,12 +33,15 @@ from .endings import Exhausted, RetryPolicy, end_claim
 from .looker import looker_for
 from .put import Putter
 from .records import DeadLetter, Job, JobRef
+from .removing import Remover
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from types import TracebackType
 
     from .._sessions.session import SessionSource
     from ..abc import Op
+    from .removing import CancelOutcome
 
 __all__ = ["Claiming", "Exhausted", "Job", "KeyStats", "Queue", "QueueStats"]
 
@@ -95,6 +98,10 @@ class Queue:
     head of its key, and a worker that was only paused finds its body cancelled with
     :exc:`coord.ClaimLost` and its ack refused.
 
+    For operators: :meth:`cancel` deletes a queued job that no worker holds,
+    :meth:`dead_letters`, :meth:`requeue` and :meth:`purge` handle the dead letters,
+    :meth:`unpark` lets a parked key go on, and :meth:`stats` counts.
+
     :param max_attempts: attempts before a job is parked or dead-lettered
     :param on_exhausted: ``"park"`` (the job stays at the head of its key, which waits
         for :meth:`unpark`: order is kept) or ``"dead_letter"`` (it moves to
@@ -120,6 +127,7 @@ class Queue:
         self._name = _keys.check_name(name)
         _check_options(max_attempts, on_exhausted, retry_delay, max_retry_delay)
         self._putter = Putter(source, name, check_duration(dedupe_window, "dedupe_window"))
+        self._remover = Remover(source, name)
         self._max_attempts = max_attempts
         self._on_exhausted = on_exhausted
         self._retry_delay = float(retry_delay)
@@ -210,6 +218,55 @@ class Queue:
                 DeadLetter(state.id, state.key, payload, state.attempt, state.error, entry.revision)
             )
         return letters
+
+    async def cancel(self, job_id: str) -> CancelOutcome:
+        """Cancel the queued job *job_id*: delete it, unless a worker holds it now.
+        A checkpoint; a few reads, then one consensus write.
+
+        Returns ``"cancelled"`` (deleted: no worker will claim it; a parked job, or one
+        backing off before a retry, is queued and is cancelled too), ``"claimed"`` (a
+        live claim holds it: nothing was changed, the worker goes on and acks it), or
+        ``"not found"`` (no queued job has that id: never put, already acked, or a dead
+        letter, which :meth:`purge` removes). Each answer rests on what a read of the
+        store showed: the delete is guarded by the job's version as read, so a worker
+        that claims the job meanwhile makes the store refuse it, and the job is read
+        again. Cancelling the job at the head of its key lets the key's next job be
+        claimed at once (the idle workers are woken).
+
+        A job put with a ``job_id`` loses its dedupe marker in the same transaction: a
+        later :meth:`put` of that id queues it again, within the ``dedupe_window`` too.
+
+        If cancelled before the write is sent, nothing was cancelled; once sent, the
+        call waits for its answer (up to the TTL) and returns it, the cancellation
+        taking effect at the next checkpoint.
+
+        :raises TypeError: if *job_id* is not a str
+        :raises ConfigurationError: if *job_id* is not a valid id (empty, too long, not
+            printable); nothing was read or written
+        :raises OutcomeUnknown: if the delete was sent and no answer came: the job may
+            have been cancelled (``exc.job_id``; cancel again: ``"not found"`` then
+            means it is gone, by this cancel or by a worker's ack)
+        """
+        return await self._remover.cancel(job_id)
+
+    async def purge(self, job_ids: Iterable[str] | None = None) -> int:
+        """Delete dead letters: all of them, or those with one of *job_ids*. Returns how
+        many this call deleted (a dead letter already gone, requeued or purged by
+        someone else, is not counted and is no error). A checkpoint; one read, then one
+        consensus write per :attr:`coord.abc.Backend.max_ops` dead letters (again for
+        the rest when one of a batch was gone).
+
+        :raises TypeError: if *job_ids* is not None or an iterable of str (a single str
+            too: pass ``[job_id]``)
+        :raises ConfigurationError: for an id that is not valid (nothing is written)
+        :raises OutcomeUnknown: if a batch was sent and no answer came (its message
+            says how many were purged before it)
+
+        If cancelled, the batches answered before are deleted and the rest are not; a
+        batch already sent is waited for (up to the TTL) before the cancellation takes
+        effect.
+        """
+        return await self._remover.purge(job_ids)
 
     async def requeue(self, job_id: str) -> JobRef:
         """Put a dead letter back as a new job (at the end of the queue and of its key,

@@ -1,22 +1,22 @@
-"""``coord queue put|ls|dlq|requeue NAME``: a thin shell over :class:`coord.Queue`."""
+"""``coord queue put|ls|cancel|unpark|dlq|requeue|purge NAME``: a thin shell over
+:class:`coord.Queue`."""
 
 from __future__ import annotations
 
 import json
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
+import coord
 from coord._jobs import records as _records
+from coord._jobs.put import check_job_id
 from coord._sessions.identity import parse_identity
 
-from ._common import NAME, count, identity_in, run, show_identity
+from ._common import FAILURE, NAME, count, identity_in, run, show_identity
 from ._store import OneLineUsageError, Store, read_options, store_options
-
-if TYPE_CHECKING:
-    import coord
 
 __all__ = ["queue"]
 
@@ -25,19 +25,43 @@ _JSON = click.option("--json", "as_json", is_flag=True, help="A JSON list, for s
 
 @click.group()
 def queue() -> None:
-    """Put jobs on a queue, list them, and handle its dead letters.
+    """Put jobs on a queue, list them, cancel them, unpark them, and handle its dead
+    letters.
 
     The queue NAME is the one workers use through client.queue(NAME); jobs are claimed
     by workers only (async with queue.claim()), not from the shell.
     """
 
 
+def _job_ids(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """``callback=_job_ids`` checks job ids (one, or a tuple) before anything connects."""
+    try:
+        if value is None or isinstance(value, str):
+            return None if value is None else check_job_id(value)
+        return tuple(check_job_id(job_id) for job_id in value)
+    except coord.ConfigurationError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+def _job_key(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    try:
+        return _records.check_key(value)
+    except coord.ConfigurationError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
 @queue.command()
 @click.argument("name", callback=NAME)
 @click.argument("payload", required=False)
 @click.option("--key", help="Ordering key: jobs with one key run one at a time, in order.")
+@click.option(
+    "--job-id",
+    callback=_job_ids,
+    help="The job's id (default: a fresh one). A put repeating an id queues nothing more "
+    "while that job is queued or in flight, and for the queue's dedupe window.",
+)
 @store_options
-def put(store: Store, name: str, payload: str | None, key: str | None) -> None:
+def put(store: Store, name: str, payload: str | None, key: str | None, job_id: str | None) -> None:
     """Append a job with PAYLOAD (text; '-' or none: read it from stdin) to queue NAME
     and print its id.
 
@@ -56,7 +80,7 @@ def put(store: Store, name: str, payload: str | None, key: str | None) -> None:
 
     async def main(_: object) -> int:
         async with store.connect() as client:
-            ref = await client.queue(name).put(data, key=key)
+            ref = await client.queue(name).put(data, key=key, job_id=job_id)
         click.echo(ref.id)
         return 0
 
@@ -179,6 +203,74 @@ def requeue(store: Store, name: str, job_ids: tuple[str, ...]) -> None:
             for job_id in job_ids:
                 await q.requeue(job_id)
                 click.echo(f"requeued {job_id}")
+        return 0
+
+    run(main)
+
+
+@queue.command()
+@click.argument("name", callback=NAME)
+@click.argument("job_ids", nargs=-1, required=True, metavar="JOB_ID...", callback=_job_ids)
+@store_options
+def cancel(store: Store, name: str, job_ids: tuple[str, ...]) -> None:
+    """Cancel queued jobs of queue NAME: delete each unless a worker holds it now.
+
+    Prints one line per id: cancelled, claimed (a worker has it: it runs, nothing was
+    changed), or not found (no queued job has that id: acked, never put, or a dead
+    letter: see purge). A parked job, or one waiting to be retried, is queued. Exit
+    status 0 if every job was cancelled, 1 if any was not.
+    """
+
+    async def main(_: object) -> int:
+        cancelled = True
+        async with store.connect() as client:
+            q = client.queue(name)
+            for job_id in job_ids:
+                outcome = await q.cancel(job_id)
+                click.echo(f"{job_id}: {outcome}")
+                cancelled = cancelled and outcome == "cancelled"
+        return 0 if cancelled else FAILURE
+
+    run(main)
+
+
+@queue.command()
+@click.argument("name", callback=NAME)
+@click.option("--key", callback=_job_key, help="Unpark the parked jobs of this key.")
+@click.option("--no-key", is_flag=True, help="Unpark the parked jobs without a key.")
+@store_options
+def unpark(store: Store, name: str, key: str | None, no_key: bool) -> None:
+    """Let the parked jobs of one key of queue NAME be claimed again (attempt 0), and
+    print how many. A job is parked after its last attempt failed (the queue's
+    on_exhausted="park", the default), and its key waits behind it: say which key,
+    with --key KEY, or --no-key for the jobs put without one."""
+    if (key is None) == (not no_key):
+        raise OneLineUsageError(
+            f"say which parked jobs: coord queue unpark {name} --key KEY, or --no-key for "
+            "those without a key"
+        )
+
+    async def main(_: object) -> int:
+        async with store.connect() as client:
+            unparked = await client.queue(name).unpark(key)
+        click.echo(f"unparked {count(unparked, 'job')}")
+        return 0
+
+    run(main)
+
+
+@queue.command()
+@click.argument("name", callback=NAME)
+@click.argument("job_ids", nargs=-1, metavar="[JOB_ID]...", callback=_job_ids)
+@store_options
+def purge(store: Store, name: str, job_ids: tuple[str, ...]) -> None:
+    """Delete dead letters of queue NAME: those with the JOB_IDs given, or all of them;
+    print how many were deleted (one already gone is not counted)."""
+
+    async def main(_: object) -> int:
+        async with store.connect() as client:
+            purged = await client.queue(name).purge(job_ids or None)
+        click.echo(f"purged {count(purged, 'dead letter')}")
         return 0
 
     run(main)

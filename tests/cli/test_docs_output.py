@@ -23,7 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import anyio
 import pytest
+
+import coord
 
 from ._support import Coord, wait_until
 
@@ -132,6 +135,22 @@ def _everything(cli: Coord) -> None:
     assert cli.run("queue", "put", "emails", "x").returncode == 0
 
 
+def _parked_and_dead(cli: Coord) -> None:
+    """A parked job of key customer-7 and a dead letter, in queue invoices."""
+
+    async def fail_two() -> None:
+        async with coord.connect(cli.url) as client:
+            await client.queue("invoices").put(b"invoice 7", key="customer-7")
+            await client.queue("invoices").put(b"invoice 8")
+            for on_exhausted in ("park", "dead_letter"):
+                queue = client.queue("invoices", max_attempts=1, on_exhausted=on_exhausted)
+                with pytest.raises(RuntimeError):
+                    async with queue.claim():
+                        raise RuntimeError("the PDF service said no")
+
+    anyio.run(fail_two, backend="asyncio")
+
+
 #: What each command needs first, by page and command (none if not listed).
 SETUPS: dict[tuple[str, str], Callable[[Coord], None]] = {
     ("docs/cli.md", "coord lock --try demo -- ./nightly-report"): lambda cli: _holder(
@@ -139,6 +158,7 @@ SETUPS: dict[tuple[str, str], Callable[[Coord], None]] = {
     ),
     ("docs/cli.md", "coord leader scheduler"): _leader,
     ("docs/cli.md", "coord status"): _everything,
+    ("docs/cli.md", "coord queue ls invoices"): _parked_and_dead,
     ("README.md", "coord status"): _holder_and_waiter,
 }
 

@@ -1,4 +1,4 @@
-"""``coord queue put|ls|dlq|requeue``."""
+"""``coord queue put|ls|cancel|unpark|dlq|requeue|purge``."""
 
 from __future__ import annotations
 
@@ -83,3 +83,84 @@ def test_an_empty_stdin_queues_nothing_unless_asked(coord_cli: Coord) -> None:
     assert asked.returncode == 0, asked.stderr
     (job,) = json.loads(coord_cli.run("queue", "ls", "--json", "emails").stdout)
     assert (job["id"], job["size"]) == (asked.stdout.strip(), 0)
+
+
+def test_cancel_says_per_job_what_it_did(coord_cli: Coord) -> None:
+    held = coord_cli.run("queue", "put", "emails", "held").stdout.strip()
+    ids = coord_cli.run("queue", "put", "--job-id", "order-1", "emails", "x").stdout.strip()
+    assert ids == "order-1"
+    again = coord_cli.run("queue", "put", "--job-id", "order-1", "emails", "x")
+    assert again.stdout == "order-1\n"  # a repeated id queues nothing more
+    assert len(json.loads(coord_cli.run("queue", "ls", "--json", "emails").stdout)) == 2
+
+    async def cancel_while_held() -> None:
+        async with coord.connect(coord_cli.url) as client:
+            async with client.queue("emails").claim() as job:
+                assert job.id == held
+                done = await anyio.to_thread.run_sync(
+                    coord_cli.run, "queue", "cancel", "emails", "order-1", held, "nope"
+                )
+                assert done.stdout == f"order-1: cancelled\n{held}: claimed\nnope: not found\n"
+                assert done.returncode == 1, done.stderr
+        # the worker acked it
+
+    anyio.run(cancel_while_held, backend="asyncio")
+    assert json.loads(coord_cli.run("queue", "ls", "--json", "emails").stdout) == []
+    put = coord_cli.run("queue", "put", "--job-id", "order-1", "emails", "x").stdout.strip()
+    done = coord_cli.run("queue", "cancel", "emails", put)
+    assert (done.returncode, done.stdout) == (0, "order-1: cancelled\n")
+    for bad in ([], [""], ["order-1", "a\nb"]):
+        refused = coord_cli.run("queue", "cancel", "emails", *bad)
+        assert refused.returncode == 2, bad
+    assert coord_cli.run("queue", "put", "--job-id", "", "emails", "x").returncode == 2
+
+
+def _fail_jobs(url: str, name: str, count: int, **options: object) -> None:
+    async def fail() -> None:
+        async with coord.connect(url) as client:
+            queue = client.queue(name, max_attempts=1, **options)  # type: ignore[arg-type]
+            for _ in range(count):
+                with pytest.raises(RuntimeError):
+                    async with queue.claim():
+                        raise RuntimeError("boom")
+
+    anyio.run(fail, backend="asyncio")
+
+
+def test_purge_all_or_some_dead_letters(coord_cli: Coord) -> None:
+    ids = [coord_cli.run("queue", "put", "emails", "x").stdout.strip() for _ in range(3)]
+    _fail_jobs(coord_cli.url, "emails", 3, on_exhausted="dead_letter")
+    assert len(json.loads(coord_cli.run("queue", "dlq", "--json", "emails").stdout)) == 3
+    some = coord_cli.run("queue", "purge", "emails", ids[1], "nope")
+    assert (some.returncode, some.stdout) == (0, "purged 1 dead letter\n")
+    dead = json.loads(coord_cli.run("queue", "dlq", "--json", "emails").stdout)
+    assert [d["id"] for d in dead] == [ids[0], ids[2]]
+    assert coord_cli.run("queue", "purge", "emails").stdout == "purged 2 dead letters\n"
+    assert coord_cli.run("queue", "purge", "emails").stdout == "purged 0 dead letters\n"
+    assert coord_cli.run("queue", "dlq", "emails").stdout == "no dead letters in queue emails\n"
+
+
+def test_unpark_one_key_or_the_jobs_without_one(coord_cli: Coord) -> None:
+    coord_cli.run("queue", "put", "--key", "c1", "emails", "a")
+    coord_cli.run("queue", "put", "emails", "b")
+    coord_cli.run("queue", "put", "--key", "c1", "emails", "c")
+    _fail_jobs(coord_cli.url, "emails", 2)  # parks a, then b
+
+    def states() -> list[str]:
+        listed = coord_cli.run("queue", "ls", "--json", "emails").stdout
+        return [j["state"] for j in json.loads(listed)]
+
+    assert states() == ["parked", "parked", "waiting"]
+    for which in ([], ["--key", "c1", "--no-key"]):
+        refused = coord_cli.run("queue", "unpark", "emails", *which)
+        assert refused.returncode == 2
+        assert refused.stderr == (
+            "coord: say which parked jobs: coord queue unpark emails --key KEY, or "
+            "--no-key for those without a key\n"
+        )
+    assert coord_cli.run("queue", "unpark", "emails", "--key", "").returncode == 2
+    assert coord_cli.run("queue", "unpark", "emails", "--key", "c2").stdout == "unparked 0 jobs\n"
+    assert coord_cli.run("queue", "unpark", "emails", "--key", "c1").stdout == "unparked 1 job\n"
+    assert states() == ["ready", "parked", "waiting"]
+    assert coord_cli.run("queue", "unpark", "emails", "--no-key").stdout == "unparked 1 job\n"
+    assert states() == ["ready", "ready", "waiting"]

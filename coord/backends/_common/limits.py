@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..._core import keys as _keys
 from ..._core.exceptions import ConfigurationError
-from ...abc import Check, Create, Put, Remove, Update
+from ...abc import Backend, Check, Create, Put, Remove, Update
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -35,9 +35,10 @@ __all__ = [
 #: The longest key a backend takes, in bytes (UTF-8, without the namespace): twice what
 #: the longest name (512 characters of up to 4 bytes) with coord's suffixes needs.
 MAX_KEY_SIZE = 4096
-#: The most operations one transaction may have: etcd refuses more than 128 compares
-#: (``--max-txn-ops``), and an Update or a Remove is two of them there.
-MAX_OPS = 64
+#: The most operations one transaction may have (:attr:`coord.abc.Backend.max_ops`):
+#: etcd refuses more than 128 compares (``--max-txn-ops``), and an Update or a Remove is
+#: two of them there.
+MAX_OPS = Backend.max_ops
 # Per operation, at least what any store's encoding adds to its key and value (ZooKeeper:
 # a multi header, lengths, version, flags and the ACL "world anyone").
 _OP_OVERHEAD = 64
