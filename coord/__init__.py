@@ -37,6 +37,7 @@ from ._election.election import Campaign, Election, Term
 from ._election.leader import Leader
 from ._jobs.queue import Claiming, KeyStats, Queue, QueueStats
 from ._jobs.records import DeadLetter, Job, JobRef
+from ._jobs.worker import RunStats
 from ._locks.fencing import fenced_put, fenced_update, fenced_update_sql
 from ._locks.hold import Hold
 from ._locks.mutex import Mutex, MutexStatistics
@@ -97,6 +98,7 @@ __all__ = [
     "RWLock",
     "RWLockSide",
     "ResyncNeeded",
+    "RunStats",
     "Semaphore",
     "Session",
     "SessionExpiredError",

@@ -1,2 +1,3 @@
 """The job queue: the queue (:mod:`.queue`), jobs as stored (:mod:`.records`), putting
-(:mod:`.put`), claiming (:mod:`.claim`) and how a claim ends (:mod:`.endings`)."""
+(:mod:`.put`), claiming (:mod:`.claim`), how a claim ends (:mod:`.endings`) and the worker loop
+(:mod:`.worker`)."""

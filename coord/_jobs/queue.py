@@ -20,6 +20,7 @@ worker whose claim was lost or taken over can never ack or nack the job.
 
 from __future__ import annotations
 
+import signal
 import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
@@ -34,9 +35,10 @@ from .looker import looker_for
 from .put import Putter
 from .records import DeadLetter, Job, JobRef
 from .removing import Remover
+from .worker import RunStats, check_run, run_workers
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Awaitable, Callable, Iterable
     from types import TracebackType
 
     from .._sessions.session import SessionSource
@@ -203,6 +205,56 @@ class Queue:
             was cancelled) or its ack was refused
         """
         return Claiming(self)
+
+    async def run(
+        self,
+        handler: Callable[[Job], Awaitable[object]],
+        *,
+        concurrency: int = 1,
+        grace: float = 30.0,
+        signals: Iterable[int] = (signal.SIGTERM,),
+    ) -> RunStats:
+        """Run *concurrency* workers, each ``async with queue.claim() as job: await
+        handler(job)`` in a loop, until a signal or a cancellation; then drain them.
+
+        Each job ends as its claim block does (see :meth:`claim`): acked if the handler
+        returns, retried, parked or dead-lettered if it raises, given back by
+        ``job.defer()``. A handler's exception never ends the loop: it is logged
+        (logger ``coord``, WARNING with its traceback, the job's id and attempt and
+        what became of the job), and so is a lost claim (:exc:`coord.ClaimLost`).
+
+        The drain, on cancellation or one of *signals*: no job is claimed any more (a
+        worker waiting for one stops waiting), the handlers in flight have *grace*
+        seconds to finish, and those still running are then cancelled: their jobs are
+        given back as they were, no attempt counted, for another worker (a WARNING
+        names each). After a signal it returns the :class:`coord.RunStats`; a
+        cancellation (anyio, or asyncio's ``task.cancel()`` and ``asyncio.timeout``)
+        is raised again once the drain is over. Logs an INFO line at the start and one
+        with the counts at the end. A checkpoint.
+
+        :param handler: ``async def handler(job: coord.Job) -> None``
+        :param concurrency: how many jobs run at once
+        :param grace: seconds the handlers in flight have to finish at the drain
+            (``math.inf``: all the time they need; 0: cancelled at once)
+        :param signals: signals that drain the loop (SIGTERM by default); handled only
+            in the main thread, and ``()`` handles none
+        :raises TypeError: if *handler* is not callable, or an argument has the wrong
+            type (at the call: nothing is claimed)
+        :raises ConfigurationError: for a *concurrency* below 1 or a negative *grace*
+            (at the call)
+        :raises ClosedError: if the client closes while the workers wait for jobs
+        :raises SessionExpiredError: if the session is lost and none will follow
+        """
+        concurrency, seconds, numbers = check_run(handler, concurrency, grace, signals)
+        return await run_workers(
+            self._name,
+            self.claim,
+            self._retry,
+            handler,
+            concurrency=concurrency,
+            grace=seconds,
+            signals=numbers,
+        )
 
     async def _claim(self) -> Job:
         return await looker_for(self._source, self._name).next(self._retry)

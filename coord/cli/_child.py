@@ -8,6 +8,10 @@ The command's work may go on in processes it started (``sh -c "step1 & step2"``)
 * stopping the command stops all of them (read from ``/proc`` at that moment; each is
   then held by a pidfd, so a pid reused meanwhile is never signalled).
 
+A job's command (``coord queue work``, several side by side) runs in a session of its
+own instead, with the job's payload on its stdin: its processes are those of its session
+(below coord), so that one job's command is waited for and stopped without the others.
+
 What nothing can cover: coord itself killed with SIGKILL. Its key then expires after
 the TTL while the command may run on; the fence is what protects the resource then.
 """
@@ -18,6 +22,7 @@ import contextlib
 import ctypes
 import os
 import signal
+import subprocess
 from typing import TYPE_CHECKING
 
 import anyio
@@ -44,6 +49,7 @@ async def run_until(
     grace: float,
     interrupt: Interrupt,
     until: Callable[[], Awaitable[None]],
+    stdin: bytes | None = None,
 ) -> int | None:
     """Run *command* with *env* added to the environment until it exits (its exit status
     is returned; 128 + N if signal N ended it) or until ``until()`` returns: then it is
@@ -52,12 +58,23 @@ async def run_until(
     If cancelled, the command is stopped the same way (with the signal in *interrupt*,
     if one came) before the cancellation goes on.
 
+    :param stdin: None: the command shares coord's stdin, and its processes are all
+        those below coord. Bytes: they are the command's stdin, and it runs in a
+        session of its own, whose processes are its own (several commands run side by
+        side, and a Ctrl-C on the terminal reaches coord only, which decides when to
+        pass it on)
     :raises OSError: if the command cannot be started
     """
     _become_subreaper()
     process = await anyio.open_process(
-        list(command), stdin=None, stdout=None, stderr=None, env={**os.environ, **env}
+        list(command),
+        stdin=None if stdin is None else subprocess.PIPE,
+        stdout=None,
+        stderr=None,
+        env={**os.environ, **env},
+        start_new_session=stdin is not None,
     )
+    session = None if stdin is None else process.pid
     status: int | None = None
     done = False
     try:
@@ -68,25 +85,41 @@ async def run_until(
                 tg.cancel_scope.cancel()
 
             tg.start_soon(watch)
+            if stdin is not None:
+                tg.start_soon(_feed, process, stdin)
             status = await process.wait()
-            await _wait_for_descendants()  # what it started still runs under the lock
+            await _wait_for_descendants(session)  # what it started still runs
             done = True
             tg.cancel_scope.cancel()
     finally:
         if not done:
             with anyio.CancelScope(shield=True):
-                await _stop(process, interrupt.signum or signal.SIGTERM, grace, interrupt)
+                signum = interrupt.signum or signal.SIGTERM
+                await _stop(process, signum, grace, interrupt, session)
     if status is None:
         return None
     return 128 - status if status < 0 else status
 
 
+async def _feed(process: Process, data: bytes) -> None:
+    """Write *data* to the command's stdin and close it (a command that exits without
+    reading it all is no error)."""
+    assert process.stdin is not None
+    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+        async with process.stdin:
+            await process.stdin.send(data)
+
+
 async def _stop(
-    process: Process, signum: signal.Signals, grace: float, interrupt: Interrupt
+    process: Process,
+    signum: signal.Signals,
+    grace: float,
+    interrupt: Interrupt,
+    session: int | None = None,
 ) -> None:
-    """Send *signum* to the command and every process below it; SIGKILL to those left
-    after *grace* seconds or at a second interrupt."""
-    others = await anyio.to_thread.run_sync(_open_descendants, os.getpid(), process.pid)
+    """Send *signum* to the command and every process below it (of its *session* only,
+    if given); SIGKILL to those left after *grace* seconds or at a second interrupt."""
+    others = await anyio.to_thread.run_sync(_open_descendants, os.getpid(), process.pid, session)
     try:
         with contextlib.suppress(ProcessLookupError):
             process.send_signal(signum)
@@ -113,9 +146,10 @@ async def _stop(
             os.close(pidfd)
 
 
-async def _wait_for_descendants() -> None:
-    """Return once every process below coord has exited (the command is reaped)."""
-    pidfds = await anyio.to_thread.run_sync(_open_descendants, os.getpid(), None)
+async def _wait_for_descendants(session: int | None) -> None:
+    """Return once every process below coord (of *session* only, if given) has exited
+    (the command is reaped)."""
+    pidfds = await anyio.to_thread.run_sync(_open_descendants, os.getpid(), None, session)
     try:
         for pidfd in pidfds:
             await anyio.wait_readable(pidfd)  # a pidfd is readable once it exited
@@ -132,18 +166,21 @@ def _become_subreaper() -> None:
         libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
-def _open_descendants(pid: int, skip: int | None) -> list[int]:
-    """pidfds of every process below *pid* but *skip* (Linux; none where /proc or
-    pidfds are missing). In a thread: it reads /proc."""
+def _open_descendants(pid: int, skip: int | None, session: int | None = None) -> list[int]:
+    """pidfds of every process below *pid* but *skip*, and only those of *session* if
+    it is given (Linux; none where /proc or pidfds are missing). In a thread: it reads
+    /proc."""
     if not hasattr(os, "pidfd_open"):
         return []
     children: dict[int, list[int]] = {}
+    sessions: dict[int, int] = {}
     for name in os.listdir("/proc") if os.path.isdir("/proc") else ():
         if not name.isdigit():
             continue
         try:
             with open(f"/proc/{name}/stat") as stat:
-                ppid = int(stat.read().rpartition(")")[2].split()[1])
+                fields = stat.read().rpartition(")")[2].split()
+                ppid, sessions[int(name)] = int(fields[1]), int(fields[3])
         except (OSError, ValueError, IndexError):
             continue  # not a process, or gone
         children.setdefault(ppid, []).append(int(name))
@@ -151,7 +188,7 @@ def _open_descendants(pid: int, skip: int | None) -> list[int]:
     while todo:
         for child in children.get(todo.pop(), ()):
             todo.append(child)
-            if child == skip:
+            if child == skip or (session is not None and sessions.get(child) != session):
                 continue
             with contextlib.suppress(OSError):  # gone already
                 pidfds.append(os.pidfd_open(child))

@@ -54,7 +54,7 @@ class WrapsCommand(click.Command):
         except click.NoSuchOption as exc:
             if "--" in given:
                 raise
-            hint = f"To give options to the command, put -- before it: coord {ctx.info_name}"
+            hint = f"To give options to the command, put -- before it: {ctx.command_path}"
             message = f"{exc.message} {hint} NAME -- CMD [ARGS]..."
             raise click.NoSuchOption(exc.option_name, message, exc.possibilities, ctx) from None
         except click.MissingParameter:

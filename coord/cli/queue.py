@@ -1,12 +1,13 @@
-"""``coord queue put|ls|cancel|unpark|dlq|requeue|purge NAME``: a thin shell over
+"""``coord queue put|ls|cancel|unpark|dlq|requeue|purge|work NAME``: a thin shell over
 :class:`coord.Queue`."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -15,8 +16,13 @@ from coord._jobs import records as _records
 from coord._jobs.put import check_job_id
 from coord._sessions.identity import parse_identity
 
-from ._common import FAILURE, NAME, count, identity_in, run, show_identity
+from ._child import NOT_FOUND, run_until
+from ._common import FAILURE, NAME, Interrupt, count, identity_in, run, show_identity
 from ._store import OneLineUsageError, Store, read_options, store_options
+from .lock import WrapsCommand
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = ["queue"]
 
@@ -25,11 +31,11 @@ _JSON = click.option("--json", "as_json", is_flag=True, help="A JSON list, for s
 
 @click.group()
 def queue() -> None:
-    """Put jobs on a queue, list them, cancel them, unpark them, and handle its dead
-    letters.
+    """Put jobs on a queue, list them, cancel them, unpark them, handle its dead
+    letters, and work on its jobs.
 
-    The queue NAME is the one workers use through client.queue(NAME); jobs are claimed
-    by workers only (async with queue.claim()), not from the shell.
+    The queue NAME is the one workers use through client.queue(NAME); coord queue work
+    is such a worker, running a command per job.
     """
 
 
@@ -274,3 +280,88 @@ def purge(store: Store, name: str, job_ids: tuple[str, ...]) -> None:
         return 0
 
     run(main)
+
+
+#: Seconds between the SIGTERM that stops a job's command after the grace and SIGKILL.
+KILL_AFTER = 10.0
+
+
+class CommandFailed(Exception):
+    """A job's command exited with a non-zero status (the job is released for a retry,
+    with this as its error)."""
+
+
+@queue.command(cls=WrapsCommand)
+@click.argument("name", callback=NAME)
+@click.argument("command", nargs=-1, required=True, metavar="-- CMD [ARGS]...")
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="How many jobs run at once (one CMD each).",
+)
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="Seconds the running commands have to finish after SIGTERM or Ctrl-C.",
+)
+@store_options
+def work(store: Store, name: str, command: tuple[str, ...], concurrency: int, grace: float) -> None:
+    """Work on the jobs of queue NAME: run CMD once per job, until SIGTERM or Ctrl-C.
+
+    CMD gets the job's payload on its stdin, and COORD_QUEUE, COORD_JOB_ID,
+    COORD_JOB_KEY (empty for a job without a key), COORD_JOB_FENCE and
+    COORD_JOB_ATTEMPT (0 on the first) in its environment. Exit status 0 acks the job;
+    any other releases it for a retry after a backoff (after 5 attempts it is
+    parked: coord queue ls shows it). If the job's claim
+    is lost, CMD and what it started get SIGTERM (SIGKILL 10 s later).
+
+    On SIGTERM or Ctrl-C no job is claimed any more, the running commands have --grace
+    seconds to finish (and be acked); those still running then get SIGTERM (SIGKILL
+    10 s later, or at a second signal), and their jobs are released as they were, for
+    another worker. The exit status is then 143 (130 after Ctrl-C).
+
+    \b
+    Example:
+        coord queue work thumbnails --concurrency 4 -- ./resize.sh
+    """
+    if shutil.which(command[0]) is None:
+        click.echo(f"coord: cannot run {command[0]!r}: command not found", err=True)
+        sys.exit(NOT_FOUND)
+    run(lambda interrupt: _work(store, name, command, concurrency, grace, interrupt))
+
+
+async def _work(
+    store: Store,
+    name: str,
+    command: Sequence[str],
+    concurrency: int,
+    grace: float,
+    interrupt: Interrupt,
+) -> int:
+    async def handler(job: coord.Job) -> None:
+        env = {
+            "COORD_QUEUE": name,
+            "COORD_JOB_ID": job.id,
+            "COORD_JOB_KEY": job.key or "",
+            "COORD_JOB_FENCE": str(job.fence),
+            "COORD_JOB_ATTEMPT": str(job.attempt),
+        }
+        status = await run_until(
+            command,
+            env=env,
+            grace=KILL_AFTER,
+            interrupt=interrupt,
+            until=job.wait_lost,
+            stdin=job.payload,
+        )
+        if status:  # (None: stopped because the claim was lost; the claim says so)
+            raise CommandFailed(f"{command[0]!r} exited with status {status}")
+
+    async with store.connect() as client:
+        # (SIGINT and SIGTERM cancel this: run() drains, then the cancellation goes on)
+        await client.queue(name).run(handler, concurrency=concurrency, grace=grace, signals=())
+    return 0

@@ -1,17 +1,21 @@
-"""``coord queue put|ls|cancel|unpark|dlq|requeue|purge``."""
+"""``coord queue put|ls|cancel|unpark|dlq|requeue|purge|work``."""
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+import signal
+import time
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
 
 import coord
 
+from ._support import Coord, wait_until
+
 if TYPE_CHECKING:
-    from ._support import Coord
+    from pathlib import Path
 
 pytestmark = pytest.mark.etcd
 
@@ -164,3 +168,131 @@ def test_unpark_one_key_or_the_jobs_without_one(coord_cli: Coord) -> None:
     assert states() == ["ready", "parked", "waiting"]
     assert coord_cli.run("queue", "unpark", "emails", "--no-key").stdout == "unparked 1 job\n"
     assert states() == ["ready", "ready", "waiting"]
+
+
+def _jobs(cli: Coord, name: str) -> list[dict[str, Any]]:
+    done = cli.run("queue", "ls", "--json", name)
+    assert done.returncode == 0, done.stderr
+    jobs: list[dict[str, Any]] = json.loads(done.stdout)
+    return jobs
+
+
+#: A job's command: its payload and environment, kept in files named for the job.
+_RECORD = 'cat > "$COORD_JOB_ID.in"; env | grep ^COORD_ | sort > "$COORD_JOB_ID.env"'
+
+
+def _works_each_job_once(cli: Coord) -> None:
+    ids = [
+        cli.run("queue", "put", "--key", "c1", "emails", "hello").stdout.strip(),
+        cli.run("queue", "put", "emails", "second").stdout.strip(),
+        cli.run("queue", "put", "emails", "").stdout.strip(),
+    ]
+    worker = cli.start("queue", "work", "emails", "--concurrency", "2", "--", "sh", "-c", _RECORD)
+    wait_until(lambda: _jobs(cli, "emails") == [], "the jobs to be acked")
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=10) == 128 + signal.SIGTERM
+    payloads = [(cli.cwd / f"{i}.in").read_text() for i in ids]
+    assert payloads == ["hello", "second", ""]
+    envs = [
+        dict(line.split("=", 1) for line in (cli.cwd / f"{i}.env").read_text().split()) for i in ids
+    ]
+    assert [(e["COORD_QUEUE"], e["COORD_JOB_ID"], e["COORD_JOB_ATTEMPT"]) for e in envs] == [
+        ("emails", i, "0") for i in ids
+    ]
+    assert [e.get("COORD_JOB_KEY", "") for e in envs] == ["c1", "", ""]
+    fences = [int(e["COORD_JOB_FENCE"]) for e in envs]
+    assert len(set(fences)) == 3
+    assert all(f > 0 for f in fences)
+
+
+@pytest.mark.etcd
+def test_work_runs_the_command_once_per_job_with_its_payload_and_env(coord_cli: Coord) -> None:
+    _works_each_job_once(coord_cli)
+
+
+@pytest.mark.zookeeper
+def test_work_on_zookeeper(zookeeper_url: str, tmp_path: Path) -> None:
+    cli = Coord(zookeeper_url, tmp_path)
+    try:
+        _works_each_job_once(cli)
+    finally:
+        cli.close()
+
+
+@pytest.mark.etcd
+def test_work_a_failing_command_releases_the_job_for_a_retry(coord_cli: Coord) -> None:
+    job = coord_cli.run("queue", "put", "emails", "x").stdout.strip()
+    script = 'echo "$COORD_JOB_ATTEMPT" >> attempts; [ "$COORD_JOB_ATTEMPT" -gt 0 ] || exit 3'
+    worker = coord_cli.start("queue", "work", "emails", "--", "sh", "-c", script)
+    attempts = coord_cli.cwd / "attempts"
+    wait_until(lambda: attempts.exists() and attempts.read_text() == "0\n", "the first run")
+    wait_until(lambda: _jobs(coord_cli, "emails") == [], "the retry to be acked")
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=10) == 128 + signal.SIGTERM
+    assert attempts.read_text() == "0\n1\n"
+    assert job not in coord_cli.run("queue", "dlq", "emails").stdout
+
+
+@pytest.mark.etcd
+def test_work_sigterm_lets_the_running_command_finish_and_acks_its_job(coord_cli: Coord) -> None:
+    coord_cli.run("queue", "put", "emails", "x")
+    script = "touch started; sleep 1; touch finished"
+    worker = coord_cli.start("queue", "work", "emails", "--grace", "10", "--", "sh", "-c", script)
+    wait_until((coord_cli.cwd / "started").exists, "the command to start")
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=10) == 128 + signal.SIGTERM
+    assert (coord_cli.cwd / "finished").exists(), "the command was stopped before it finished"
+    assert _jobs(coord_cli, "emails") == []
+
+
+@pytest.mark.etcd
+def test_work_after_the_grace_the_command_gets_sigterm_and_its_job_is_released(
+    coord_cli: Coord,
+) -> None:
+    job = coord_cli.run("queue", "put", "emails", "x").stdout.strip()
+    stopped = coord_cli.cwd / "stopped"
+    script = (
+        f"trap 'echo TERM > {stopped}; exit 0' TERM; touch started; while :; do sleep 0.05; done"
+    )
+    worker = coord_cli.start("queue", "work", "emails", "--grace", "0.5", "--", "sh", "-c", script)
+    wait_until((coord_cli.cwd / "started").exists, "the command to start")
+    signalled = time.monotonic()
+    worker.send_signal(signal.SIGTERM)
+    wait_until(stopped.exists, "the command to get SIGTERM")
+    assert time.monotonic() - signalled >= 0.5, "stopped before the grace was over"
+    assert worker.wait(timeout=10) == 128 + signal.SIGTERM
+    assert stopped.read_text() == "TERM\n"
+    (left,) = _jobs(coord_cli, "emails")
+    assert (left["id"], left["attempt"], left["state"]) == (job, 0, "ready")
+
+
+@pytest.mark.etcd
+def test_work_a_command_not_found_exits_127_before_claiming(coord_cli: Coord) -> None:
+    coord_cli.run("queue", "put", "emails", "x")
+    done = coord_cli.run("queue", "work", "emails", "--", "./no-such-command")
+    assert done.returncode == 127
+    assert done.stderr == "coord: cannot run './no-such-command': command not found\n"
+    (left,) = _jobs(coord_cli, "emails")
+    assert left["attempt"] == 0
+
+
+@pytest.mark.etcd
+def test_work_runs_commands_side_by_side_each_acked_when_its_own_ends(coord_cli: Coord) -> None:
+    """Each command's processes are its own: a job is acked when its command (and what
+    it started) ends, not when every command below coord has."""
+    slow = coord_cli.run("queue", "put", "emails", "slow").stdout.strip()
+    coord_cli.run("queue", "put", "emails", "fast")
+    script = (
+        'if [ "$(cat)" = slow ]; then (while [ ! -e go ]; do sleep 0.05; done) & fi; '
+        'touch "$COORD_JOB_ID.ran"'
+    )
+    worker = coord_cli.start(
+        "queue", "work", "emails", "--concurrency", "2", "--", "sh", "-c", script
+    )
+    wait_until(lambda: [j["id"] for j in _jobs(coord_cli, "emails")] == [slow], "the fast ack")
+    (left,) = _jobs(coord_cli, "emails")
+    assert left["state"] == "claimed", "acked while what its command started still ran"
+    (coord_cli.cwd / "go").touch()
+    wait_until(lambda: _jobs(coord_cli, "emails") == [], "the slow job's ack")
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=10) == 128 + signal.SIGTERM

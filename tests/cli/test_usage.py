@@ -52,6 +52,11 @@ _NOWHERE = "etcd://127.0.0.1:1"
         (["lock", "--url", _NOWHERE, "--", "sleep", "1"], "NAME is missing: it goes before --"),
         (["elect", "--url", _NOWHERE, "--", "sleep", "1"], "NAME is missing"),
         (["lock", "--url", _NOWHERE, "--", "sleep"], "NAME is missing"),
+        (["queue", "work", "--url", _NOWHERE, "q"], "Missing argument '-- CMD [ARGS]...'"),
+        (["queue", "work", "--url", _NOWHERE, "--", "sleep", "1"], "NAME is missing"),
+        (["queue", "work", "--url", _NOWHERE, "q", "ls", "-l"], "coord queue work NAME --"),
+        (["queue", "work", "--url", _NOWHERE, "--concurrency", "0", "q", "--", "true"], "0 is not"),
+        (["queue", "work", "--url", _NOWHERE, "--grace", "-1", "q", "--", "true"], "--grace"),
         (["frobnicate"], "No such command 'frobnicate'"),
     ],
 )
@@ -92,7 +97,7 @@ def test_unreachable_store_is_one_line_and_exit_1(offline: Coord) -> None:
 
 def test_version_and_help(offline: Coord) -> None:
     assert offline.run("--version").stdout == f"coord, version {coord.__version__}\n"
-    for command in ("lock", "elect", "leader", "status", "dev", "queue", "queue put"):
+    for command in ("lock", "elect", "leader", "status", "dev", "queue", "queue put", "queue work"):
         done = offline.run(*command.split(), "--help")
         assert done.returncode == 0
         assert done.stdout.startswith(f"Usage: coord {command} ")

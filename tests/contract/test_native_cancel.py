@@ -396,3 +396,67 @@ async def test_a_partitioner_member_cancelled_natively_leaves_nothing(
             async for assignment in owner.assignments():
                 if assignment.owned == {0, 1, 2, 3}:
                     break
+
+
+async def _two_bodies_running(
+    a: coord.Client, name: str, seconds: float
+) -> tuple[Any, list[str], list[str], asyncio.Event]:
+    """Two jobs on queue *name*, and a handler whose bodies take *seconds* (noting the
+    jobs started and finished); the event is set once both bodies run."""
+    for n in range(2):
+        await a.queue(name).put(b"%d" % n)
+    started: list[str] = []
+    finished: list[str] = []
+    both = asyncio.Event()
+
+    async def handler(job: coord.Job) -> None:
+        started.append(job.id)
+        if len(started) == 2:
+            both.set()
+        await asyncio.sleep(seconds)
+        finished.append(job.id)
+
+    return handler, started, finished, both
+
+
+async def test_asyncio_timeout_around_run_drains_and_the_bodies_finish(
+    clients: list[coord.Client],
+) -> None:
+    """A native cancellation is delivered to run()'s own task only: the handlers run on
+    through the grace, and their jobs are acked."""
+    a, b, _, _ = clients
+    handler, started, finished, both = await _two_bodies_running(a, "native-run", 0.5)
+
+    with anyio.fail_after(15):
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(None) as timeout:
+                watcher = asyncio.create_task(both.wait())
+                loop = asyncio.get_running_loop()
+                watcher.add_done_callback(lambda _: timeout.reschedule(loop.time()))
+                await b.queue("native-run").run(handler, concurrency=2, grace=10, signals=())
+    assert sorted(finished) == sorted(started)
+    assert len(finished) == 2
+    assert (await a.queue("native-run").stats()).depth == 0
+    await wait_for_no_waiters(a, "native-run/_claims")
+
+
+async def test_task_cancel_of_run_after_a_short_grace_releases_the_jobs(
+    clients: list[coord.Client],
+) -> None:
+    a, b, c, _ = clients
+    handler, started, finished, both = await _two_bodies_running(a, "native-run2", 3600)
+    queue = b.queue("native-run2", max_attempts=1)  # an attempt counted would park them
+    task = asyncio.create_task(queue.run(handler, concurrency=2, grace=0.2, signals=()))
+    with anyio.fail_after(15):
+        await both.wait()
+        cancelled_at = anyio.current_time()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert anyio.current_time() - cancelled_at >= 0.19, "cancelled before the grace ended"
+    assert finished == []
+    with anyio.fail_after(10):
+        await wait_for_no_waiters(a, "native-run2/_claims")
+        for _ in range(2):  # another client claims them, no attempt counted
+            async with c.queue("native-run2").claim() as job:
+                assert (job.id in started, job.attempt) == (True, 0)

@@ -1,0 +1,310 @@
+"""The worker loop: ``await queue.run(handler, concurrency=n)``.
+
+*n* workers each claim a job, run ``handler(job)`` in the claim's block and claim again,
+so the claim's own endings hold: a normal return acks, an exception retries, parks or
+dead-letters as the queue is configured, :meth:`coord.Job.defer` gives the job back, and
+a lost claim raises :exc:`coord.ClaimLost`, which is logged. No handler's failure ends
+the loop.
+
+**The drain.** On cancellation of ``run()`` or one of its signals the loop stops
+claiming at once (a worker waiting for a job stops waiting: the looker hands a job it
+claimed meanwhile to another worker, or gives it back), lets the handlers in flight
+finish within the grace, then cancels those still running: a cancelled claim block gives
+its job back as it was, for another worker. The workers run in a task group inside a
+shielded scope, hosted by a task of their own, and the caller's task drains them: an
+outer cancellation cannot reach a handler before the grace is over, and neither can a
+native asyncio ``task.cancel()`` (which an anyio shield does not stop, but which is
+delivered to the caller's task, not to the workers').
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import anyio
+
+from .._core.checks import check_int, check_seconds
+from .._core.exceptions import ClaimLost, ConfigurationError
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+    from contextlib import AbstractAsyncContextManager
+
+    from .endings import RetryPolicy
+    from .records import Job
+
+__all__ = ["RunStats", "check_run", "run_workers"]
+
+_log = logging.getLogger("coord")
+
+
+@dataclass(frozen=True)
+class RunStats:
+    """What a worker loop did, as :meth:`coord.Queue.run` returns it after a signal
+    (after a cancellation the same counts are logged).
+
+    :ivar acked: jobs whose handler returned, acked
+    :ivar failed: jobs whose handler raised, released for a retry, parked or
+        dead-lettered as the queue is configured
+    :ivar lost: claims lost while their handler ran (:exc:`coord.ClaimLost`)
+    :ivar released: jobs given back as they were, no attempt counted: deferred
+        (:meth:`coord.Job.defer`), or still running when the grace ended
+    :ivar drained_in: seconds from the stop (the signal or the cancellation) to the
+        end of the drain
+    """
+
+    acked: int = 0
+    failed: int = 0
+    lost: int = 0
+    released: int = 0
+    drained_in: float = 0.0
+
+
+def check_run(
+    handler: object, concurrency: object, grace: object, signals: object
+) -> tuple[int, float, tuple[signal.Signals, ...]]:
+    """The arguments of :meth:`coord.Queue.run`, checked: TypeError for a wrong type,
+    ConfigurationError for a bad value."""
+    if not callable(handler):
+        raise TypeError(f"handler must be an async function, not {type(handler).__name__}")
+    workers = check_int(concurrency, "concurrency")
+    if workers < 1:
+        raise ConfigurationError(f"concurrency must be an int >= 1, not {concurrency!r}")
+    seconds = check_seconds(grace, "grace")
+    if not seconds >= 0:  # (math.inf waits for every handler)
+        raise ConfigurationError(f"grace must be a number of seconds >= 0, not {grace!r}")
+    if isinstance(signals, str | bytes) or not isinstance(signals, Iterable):
+        raise TypeError(f"signals must be a tuple of signal numbers, not {signals!r}")
+    numbers = []
+    for number in signals:
+        if isinstance(number, bool) or not isinstance(number, int):
+            raise TypeError(f"signals must be signal numbers, not {type(number).__name__}")
+        try:
+            numbers.append(signal.Signals(number))
+        except ValueError:
+            raise ConfigurationError(f"signals: {number} is not a signal number") from None
+    return workers, seconds, tuple(numbers)
+
+
+class _Slot:
+    """One worker: the scope its claim runs in, the job it holds (None while it waits
+    for one), and the handler's own exception, if it raised."""
+
+    __slots__ = ("job", "raised", "scope")
+
+    def __init__(self) -> None:
+        self.scope: anyio.CancelScope | None = None
+        self.job: Job | None = None
+        self.raised: Exception | None = None
+
+
+class _Workers:
+    """The workers of one ``run()``, their counts, and how they stop."""
+
+    def __init__(
+        self,
+        name: str,
+        claim: Callable[[], AbstractAsyncContextManager[Job]],
+        retry: RetryPolicy,
+        handler: Callable[[Job], Awaitable[object]],
+        concurrency: int,
+    ) -> None:
+        self.name = name
+        self._claim = claim
+        self._retry = retry
+        self._handler = handler
+        self._slots = [_Slot() for _ in range(concurrency)]
+        self.counts = {"acked": 0, "failed": 0, "lost": 0, "released": 0}
+        self.why = ""  # why they stop; "" until they do
+        self.ended = anyio.Event()  # every worker has ended
+        self.wake = anyio.Event()  # ended, or a signal came
+        self.error: BaseException | None = None
+
+    async def host(self) -> None:
+        """Run the workers until they end, shielded from the caller's scopes (only
+        :meth:`stop` and :meth:`hurry` end them); keep a worker's fatal error (from
+        claiming: the client closed, its session lost for good) for the caller."""
+        try:
+            with anyio.CancelScope(shield=True):
+                async with anyio.create_task_group() as tg:
+                    for slot in self._slots:
+                        tg.start_soon(self._work, slot)
+        except BaseExceptionGroup as group:
+            self.error = group.exceptions[0] if len(group.exceptions) == 1 else group
+            self.why = self.why or f"{type(self.error).__name__}: {self.error}"
+        finally:
+            self.ended.set()
+            self.wake.set()
+
+    def stop(self, why: str) -> None:
+        """Claim no more: the workers waiting for a job stop waiting. Not a checkpoint."""
+        self.why = self.why or why
+        for slot in self._slots:
+            if slot.job is None and slot.scope is not None:
+                slot.scope.cancel()
+
+    def hurry(self) -> None:
+        """Cancel every handler still running: their jobs are given back as they were."""
+        self.stop("hurried")
+        for slot in self._slots:
+            if slot.scope is not None:
+                slot.scope.cancel()
+
+    async def _work(self, slot: _Slot) -> None:
+        while not self.why:
+            await self._one(slot)
+
+    async def _one(self, slot: _Slot) -> None:
+        """Claim one job and run the handler on it; count and log how it ended."""
+        slot.job = slot.raised = None
+        try:
+            with anyio.CancelScope() as slot.scope:
+                try:
+                    async with self._claim() as job:
+                        slot.job = job
+                        await self._run(slot, job)
+                except ClaimLost as exc:
+                    self._count("lost")
+                    _log.warning("queue %r: job %s: %s", self.name, exc.job_id, exc)
+                except Exception as exc:
+                    if slot.job is None:
+                        raise  # from the claim, not the handler: the loop cannot go on
+                    self._failed(slot.job, exc, exc is slot.raised)
+                else:
+                    self._count("released" if job._deferred else "acked")
+            if slot.scope.cancelled_caught and slot.job is not None:
+                self._count("released")
+                _log.warning(
+                    "queue %r: job %s (attempt %d) released for another worker: its "
+                    "handler was still running when the grace ended (%s)",
+                    self.name,
+                    slot.job.id,
+                    slot.job.attempt + 1,
+                    self.why,
+                )
+        finally:
+            slot.scope = slot.job = slot.raised = None
+
+    async def _run(self, slot: _Slot, job: Job) -> None:
+        try:
+            await self._handler(job)
+        except Exception as exc:
+            slot.raised = exc
+            raise
+
+    def _failed(self, job: Job, exc: Exception, own: bool) -> None:
+        """Count and log an exception from the claim block, with what became of its
+        job: the handler's own (the claim's ending went through), or one from the
+        ending itself (then its outcome is not known)."""
+        self._count("released" if job._deferred else "failed")
+        _log.warning(
+            "queue %r: job %s (attempt %d of %d) failed (%s: %s); %s",
+            self.name,
+            job.id,
+            job.attempt + 1,
+            self._retry.max_attempts,
+            type(exc).__name__,
+            exc,
+            self._what_became_of(job) if own else "its ending failed: its outcome is unknown",
+            exc_info=exc,
+        )
+
+    def _what_became_of(self, job: Job) -> str:
+        retry = self._retry
+        if job._deferred:
+            return "deferred: released as it was, no attempt counted"
+        if job.attempt + 1 < retry.max_attempts:
+            delay = min(retry.delay * 2**job.attempt, retry.max_delay)
+            return f"retried after {delay:g}s"
+        return "parked" if retry.on_exhausted == "park" else "dead-lettered"
+
+    def _count(self, what: str) -> None:
+        self.counts[what] += 1
+
+
+async def run_workers(
+    name: str,
+    claim: Callable[[], AbstractAsyncContextManager[Job]],
+    retry: RetryPolicy,
+    handler: Callable[[Job], Awaitable[object]],
+    *,
+    concurrency: int,
+    grace: float,
+    signals: tuple[signal.Signals, ...],
+) -> RunStats:
+    """Run *concurrency* workers on the queue *name* until one of *signals* (then
+    return their statistics) or a cancellation (then re-raise it), draining them either
+    way; raise a worker's fatal error (from claiming) after the others are drained."""
+    workers = _Workers(name, claim, retry, handler, concurrency)
+    _log.info("queue %r: running %d workers (grace %gs)", name, concurrency, grace)
+    with _receiver(signals) as received:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(workers.host)
+            if received is not None:
+                tg.start_soon(_follow, received, workers)
+            try:
+                await workers.wake.wait()
+            except BaseException:
+                await _drain(workers, grace, "cancelled")
+                raise
+            stats = await _drain(workers, grace, "its workers ended")
+            tg.cancel_scope.cancel()  # the signal follower
+    if workers.error is not None:
+        raise workers.error
+    return stats
+
+
+async def _drain(workers: _Workers, grace: float, why: str) -> RunStats:
+    """Stop claiming, wait up to *grace* for the handlers in flight, cancel the rest and
+    wait for their jobs to be given back. Shielded: an anyio cancellation does not cut
+    it short; another native one (or a second signal) cancels the handlers at once."""
+    started = anyio.current_time()
+    with anyio.CancelScope(shield=True):
+        workers.stop(why)
+        try:
+            with anyio.move_on_after(grace):
+                await workers.ended.wait()
+            workers.hurry()
+            await workers.ended.wait()
+        except BaseException:
+            workers.hurry()  # the task group's exit waits for them
+            raise
+        finally:
+            stats = RunStats(**workers.counts, drained_in=anyio.current_time() - started)
+            _log.info(
+                "queue %r: stopped (%s), drained in %.2fs: %s",
+                workers.name,
+                workers.why,
+                stats.drained_in,
+                ", ".join(f"{n} {what}" for what, n in workers.counts.items()),
+            )
+    return stats
+
+
+async def _follow(received: AsyncIterator[signal.Signals], workers: _Workers) -> None:
+    """The first signal drains the workers; a second one cancels the handlers at once."""
+    async for signum in received:
+        if not workers.why:
+            workers.stop(signum.name)
+            workers.wake.set()
+        else:
+            workers.hurry()
+
+
+@contextlib.contextmanager
+def _receiver(
+    signals: tuple[signal.Signals, ...],
+) -> Iterator[AsyncIterator[signal.Signals] | None]:
+    """A receiver of *signals*, only in the main thread (only there can a handler be
+    installed), and only if there are any."""
+    if not signals or threading.current_thread() is not threading.main_thread():
+        yield None
+        return
+    with anyio.open_signal_receiver(*signals) as received:
+        yield received
