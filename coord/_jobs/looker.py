@@ -118,6 +118,10 @@ class Looker:
         self._watching: anyio.CancelScope | None = None
         self._spread = 1  # see _SPREAD
         self._conflicts = 0  # claims of this round that another client had first
+        #: Read every outstanding job at each look, to claim the highest priorities
+        #: first: set by a Queue opened with ``priorities=True``, or on reading a job
+        #: with a priority; for the looker's life.
+        self.priorities = False
 
     def __repr__(self) -> str:
         return f"<coord.Looker {self._name!r} waiting={len(self._waiters)}>"
@@ -200,10 +204,12 @@ class Looker:
         live = {_records.id_of(e.key) for e in claims.entries}
         wanted = len(self._waiters)
         now = time.time()
-        picks, wake_at = _claiming.choose_many(jobs.entries, live, now, wanted * self._spread)
+        picks, wake_at = _claiming.choose_many(
+            jobs.entries, live, now, wanted * self._spread, priorities=self.priorities
+        )
         if picks:
             if len(picks) > wanted:
-                picks = sorted(random.sample(picks, wanted), key=lambda p: p.order)
+                picks = sorted(random.sample(picks, wanted), key=_claiming.rank)
             self._conflicts = 0
             await self._claim_all(session, picks)
             grow = self._conflicts > 0
@@ -229,13 +235,16 @@ class Looker:
     async def _read(self, session: Session) -> tuple[Listing, Listing]:
         """The oldest jobs (more if none of them is claimable) and the live claims."""
         backend = session.backend
-        limit: int | None = _FIRST_LOOK
+        limit: int | None = None if self.priorities else _FIRST_LOOK
         for attempt in _retry.attempts():
             try:
                 jobs = await backend.entries(self._jobs, limit=limit)
                 claims = await backend.entries(self._claims)
             except BackendUnavailable:
                 await _retry.backoff(attempt)
+                continue
+            if limit is not None and any(_records.has_priority(e) for e in jobs.entries):
+                self.priorities, limit = True, None  # a job with a priority: read all
                 continue
             if limit is not None and len(jobs.entries) >= limit:
                 live = {_records.id_of(e.key) for e in claims.entries}
