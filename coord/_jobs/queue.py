@@ -289,10 +289,13 @@ class Queue:
         claims it (see :class:`Queue`). Waiting is a checkpoint, woken by watches. If
         cancelled while waiting, nothing is claimed. On exit: acked if the body ended
         normally; released for a retry (attempt + 1, after a backoff) if it raised;
-        released as it was if it was cancelled from outside.
+        released as it was if it was cancelled from outside; a failed attempt if it ran
+        past the job's timeout (its body cancelled).
 
         :raises ClaimLost: from the block, if the claim was lost while it ran (its body
             was cancelled) or its ack was refused
+        :raises JobTimeout: from the block, if its body ran past the job's timeout (put's
+            ``timeout``, else the queue's) and was cancelled
         """
         return Claiming(self)
 

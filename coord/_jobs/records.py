@@ -69,8 +69,8 @@ class JobRef:
 
     :ivar id: the job's id (for :meth:`Queue.requeue` and logs)
     :ivar key: its ordering key, or None
-    :ivar seq: its place in the queue: strictly increasing in put order (the creation
-        revision of its entry)
+    :ivar seq: its place in the queue: increasing in put order (the creation revision
+        of its entry; the jobs of one :meth:`Queue.put_many` batch may share one)
     """
 
     id: str
