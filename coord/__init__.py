@@ -20,6 +20,7 @@ from ._core.exceptions import (
     CoordError,
     EntryGoneError,
     JobNotFound,
+    JobTimeout,
     LeadershipLost,
     LockedError,
     LockLost,
@@ -36,7 +37,7 @@ from ._core.stats import Histogram
 from ._election.election import Campaign, Election, Term
 from ._election.leader import Leader
 from ._jobs.queue import Claiming, KeyStats, Queue, QueueStats
-from ._jobs.records import DeadLetter, Job, JobRef
+from ._jobs.records import DeadLetter, Job, JobRef, NewJob
 from ._jobs.worker import RunStats
 from ._locks.fencing import fenced_put, fenced_update, fenced_update_sql
 from ._locks.hold import Hold
@@ -72,6 +73,7 @@ __all__ = [
     "Job",
     "JobNotFound",
     "JobRef",
+    "JobTimeout",
     "Joining",
     "KeyStats",
     "Leader",
@@ -83,6 +85,7 @@ __all__ = [
     "MembershipLost",
     "Mutex",
     "MutexStatistics",
+    "NewJob",
     "NoLeaderError",
     "NotLeaderError",
     "NotOwnerError",

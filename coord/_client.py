@@ -235,9 +235,16 @@ class Client(AsyncResource):
         retry_delay: float = 1.0,
         max_retry_delay: float = 60.0,
         dedupe_window: float = 600.0,
+        timeout: float | None = None,
+        priorities: bool = False,
     ) -> Queue:
         """A durable job queue with per-key order and fenced acks (see
         :class:`coord.Queue`). Not a checkpoint; nothing is written until a put.
+
+        :param timeout: seconds a claim's body may run (for jobs put without a timeout
+            of their own); None: no limit
+        :param priorities: jobs of this queue may have a priority: its workers read
+            every outstanding job at each look (see :class:`coord.Queue`)
 
         :raises ConfigurationError: for a bad name or option
         """
@@ -249,6 +256,8 @@ class Client(AsyncResource):
             retry_delay=retry_delay,
             max_retry_delay=max_retry_delay,
             dedupe_window=dedupe_window,
+            timeout=timeout,
+            priorities=priorities,
         )
 
     async def __aenter__(self) -> Client:

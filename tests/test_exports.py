@@ -62,6 +62,7 @@ def test_error_tree() -> None:
     assert issubclass(coord.MembershipLost, coord.LockLost)
     assert issubclass(coord.ClaimLost, coord.LockLost)
     assert issubclass(coord.JobNotFound, LookupError)
+    assert issubclass(coord.JobTimeout, TimeoutError)
     for exc in (
         coord.BackendError,
         coord.SessionExpiredError,
@@ -70,6 +71,7 @@ def test_error_tree() -> None:
         coord.ClosedError,
         coord.ConfigurationError,
         coord.OutcomeUnknown,
+        coord.JobTimeout,
     ):
         assert issubclass(exc, coord.CoordError)
     assert issubclass(coord.NotOwnerError, RuntimeError)

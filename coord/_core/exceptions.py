@@ -18,16 +18,22 @@
     ├── NotOwnerError         + RuntimeError release of a lock this task does not hold
     ├── NotLeaderError, NoLeaderError        (election)
     ├── JobNotFound           + LookupError  (queue) no such job or dead letter
+    ├── JobTimeout            + TimeoutError (queue) a claimed job's body ran past its timeout
     ├── OutcomeUnknown                       a write was sent and no answer came: it may
     │                                        have been applied (``.operation``, ``.job_id``)
     └── ClosedError           + anyio.ClosedResourceError
 
 Client-library errors (gRPC, kazoo's exception classes) are translated at the backend boundary with
-``raise ... from exc``; cancellation is never caught or wrapped, and there is no timeout
-class: callers use ``anyio.fail_after``, which raises the builtin :exc:`TimeoutError`.
+``raise ... from exc``; cancellation is never caught or wrapped. Waiting calls take no
+timeout: callers use ``anyio.fail_after``, which raises the builtin :exc:`TimeoutError`.
+The one timeout coord keeps itself is a queued job's (``put(..., timeout=)``): it is
+stored with the job and outlives the worker, so its end is a failed attempt, which
+:exc:`JobTimeout` (a :exc:`TimeoutError`) reports.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import anyio
 
@@ -40,6 +46,7 @@ __all__ = [
     "CoordError",
     "EntryGoneError",
     "JobNotFound",
+    "JobTimeout",
     "LeadershipLost",
     "LockLost",
     "LockedError",
@@ -146,25 +153,56 @@ class JobNotFound(CoordError, LookupError):
     """No queued job or dead letter has the id given."""
 
 
+class JobTimeout(CoordError, TimeoutError):
+    """A claimed job's body ran past the job's timeout (``put(..., timeout=)``, or the
+    queue's ``timeout``): it was cancelled, and the attempt counted as failed (retried
+    after the backoff, or parked or dead-lettered after its last attempt). Raised by the
+    ``async with queue.claim()`` block.
+
+    :ivar job_id: the id of the job
+    :ivar timeout: its timeout, in seconds
+    """
+
+    def __init__(self, *args: object, job_id: str, timeout: float) -> None:
+        super().__init__(*args)
+        self.job_id = job_id
+        self.timeout = timeout
+
+
 class OutcomeUnknown(CoordError):
     """A write was sent to the store and no answer came (the store stopped answering, or
     the session was lost while it was in flight): it may have been applied, or not.
 
     Raised by :meth:`coord.Queue.put`: the job may have been queued. A put with a
     ``job_id`` can be repeated safely: a put repeating a job id queues nothing more and
-    returns the job (see :meth:`coord.Queue.put`).
+    returns the job (see :meth:`coord.Queue.put`). Raised by :meth:`coord.Queue.put_many`
+    for a batch of jobs: those of :attr:`job_ids` may have been queued, those of
+    :attr:`done` were, and the rest of the list was not.
 
-    :ivar operation: what was sent (``"put"``)
-    :ivar job_id: the id of the job it concerns
+    :ivar operation: what was sent (``"put"``, ``"put_many"``)
+    :ivar job_id: the id of the job it concerns (for a batch: its first job's)
+    :ivar job_ids: the ids of every job whose outcome is unknown (a put's: its one job)
+    :ivar done: the :class:`coord.JobRef` of the jobs certainly queued before (put_many)
     :ivar outcome: always ``"unknown"`` (as :attr:`coord.ClaimLost.outcome` says it)
     """
 
     outcome = "unknown"
 
-    def __init__(self, *args: object, operation: str, job_id: str | None = None) -> None:
+    def __init__(
+        self,
+        *args: object,
+        operation: str,
+        job_id: str | None = None,
+        job_ids: tuple[str, ...] | None = None,
+        done: tuple[Any, ...] = (),
+    ) -> None:
         super().__init__(*args)
         self.operation = operation
         self.job_id = job_id
+        self.job_ids: tuple[str, ...] = (
+            job_ids if job_ids is not None else (job_id,) if job_id is not None else ()
+        )
+        self.done: tuple[Any, ...] = done
 
 
 class LockedError(CoordError):

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from .._sessions.session import Session
     from ..abc import Backend, Listing, Op
 
-__all__ = ["ClaimHold", "Pick", "choose_many", "claim", "wait_for_change"]
+__all__ = ["ClaimHold", "Pick", "choose_many", "claim", "rank", "wait_for_change"]
 
 
 class ClaimHold(Hold):
@@ -57,24 +57,36 @@ class Pick:
         self.order = 0
 
 
+def rank(pick: Pick) -> tuple[int, int]:
+    """The order in which claimable jobs are taken: highest priority, then oldest."""
+    assert pick.state is not None
+    return -pick.state.priority, pick.order
+
+
 def choose_many(
     jobs: Sequence[Entry],
     live_claims: set[str] | None,
     now: float,
     most: int,
     decode: Callable[[Entry], tuple[_records.State, bytes]] = _records.decode,
+    *,
+    priorities: bool = False,
 ) -> tuple[list[Pick], float | None]:
     """The oldest claimable jobs among *jobs* (oldest first), at most *most*, given the
     ids of the claims that exist (None: not read, every claim a job names is taken to be
-    live); and when a job backing off becomes claimable (None if none does). Claimable:
-    not claimed by a live claim, not parked, not backing off, and the oldest outstanding
-    job of its key. *decode* reads a job entry (:func:`coord._jobs.records.decode`, or a
-    caching one)."""
+    live); and when a job backing off or delayed becomes claimable (None if none does).
+    Claimable: not claimed by a live claim, not parked, not before its ``not_before`` (a
+    backoff or a delay), and the oldest outstanding job of its key (whatever the
+    priorities). *decode* reads a job entry (:func:`coord._jobs.records.decode`, or a
+    caching one).
+
+    With *priorities*: the claimable jobs of highest priority, then oldest (see
+    :func:`rank`), reading every job of *jobs*."""
     picks: list[Pick] = []
     wake_at: float | None = None
     blocked: set[str] = set()
     for order, entry in enumerate(jobs):
-        if len(picks) >= most:
+        if len(picks) >= most and not priorities:
             break
         state, payload = decode(entry)
         if state.key is not None:
@@ -91,6 +103,8 @@ def choose_many(
         pick = Pick()
         pick.entry, pick.state, pick.payload, pick.order = entry, state, payload, order
         picks.append(pick)
+    if priorities:
+        picks = sorted(picks, key=rank)[:most]
     return picks, wake_at
 
 

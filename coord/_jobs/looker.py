@@ -143,6 +143,10 @@ class Looker:
         self._stock: list[_claiming.Pick] = []  # claimable when last read, oldest first
         self._stock_session: Session | None = None
         self._decoded: dict[str, tuple[int, _records.State, bytes]] = {}  # see _decode
+        #: Read every outstanding job at each look, to claim the highest priorities
+        #: first: set by a Queue opened with ``priorities=True``, or on reading a job
+        #: with a priority; for the looker's life.
+        self.priorities = False
 
     def __repr__(self) -> str:
         return f"<coord.Looker {self._name!r} waiting={len(self._waiters)}>"
@@ -227,7 +231,7 @@ class Looker:
             live = None if claims is None else {_records.id_of(e.key) for e in claims.entries}
             now = time.time()
             picks, wake_at = _claiming.choose_many(
-                jobs.entries, live, now, len(jobs.entries), self._decode
+                jobs.entries, live, now, len(jobs.entries), self._decode, priorities=self.priorities
             )
             if not picks:
                 assert claims is not None  # nothing claimable: the claims were read (_read)
@@ -236,6 +240,8 @@ class Looker:
             self._stock, self._stock_session = self._share(picks)[:_STOCK], session
         self._conflicts = 0
         picks = self._take(len(self._waiters))
+        if self.priorities:
+            self._stock = []  # a job of higher priority may come: each round reads
         await self._claim_all(session, picks)
         if self._conflicts:
             # Another looker reached for the same job: learn who claims (its lane may be
@@ -264,7 +270,7 @@ class Looker:
         mine = [p for p in picks if _lane(p, lanes) == lane]
         if mine:
             return mine
-        return sorted(random.sample(picks, min(len(picks), _STOCK)), key=lambda p: p.order)
+        return sorted(random.sample(picks, min(len(picks), _STOCK)), key=_claiming.rank)
 
     def _seen_lookers(self, claims: Listing) -> None:
         """Note the lookers that hold claims now (their token is in the claim's value);
@@ -308,7 +314,7 @@ class Looker:
         found while others are claimable). Without them every claim a job names is taken
         to be live, which is safe: its job is only passed over for now."""
         backend = session.backend
-        limit: int | None = _FIRST_LOOK
+        limit: int | None = None if self.priorities else _FIRST_LOOK
         for attempt in _retry.attempts():
             try:
                 jobs = await backend.entries(self._jobs, limit=limit, stale_ok=True)
@@ -322,6 +328,9 @@ class Looker:
                     self._seen_lookers(claims)
             except BackendUnavailable:
                 await _retry.backoff(attempt)
+                continue
+            if limit is not None and any(_records.has_priority(e) for e in jobs.entries):
+                self.priorities, limit = True, None  # a job with a priority: read all
                 continue
             if claims is not None and limit is not None and len(jobs.entries) >= limit:
                 if not self._any_claimable(jobs, claims):  # none among the oldest: further

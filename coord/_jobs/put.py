@@ -34,16 +34,18 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import time
 import uuid
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
 import anyio
 
 from .._core import retry as _retry
-from .._core.checks import check_str
+from .._core.checks import check_int, check_seconds, check_str
 from .._core.exceptions import (
     BackendError,
     BackendUnavailable,
@@ -62,7 +64,7 @@ if TYPE_CHECKING:
     from .._sessions.session import Session, SessionSource
     from ..abc import Backend, Entry
 
-__all__ = ["Putter", "check_job_id"]
+__all__ = ["Made", "Options", "Putter", "check_job_id", "check_options"]
 
 _log = logging.getLogger("coord")
 
@@ -80,6 +82,68 @@ def check_job_id(job_id: object) -> str:
             f"got {job_id!r:.80}"
         )
     return job_id
+
+
+@dataclass(frozen=True)
+class Options:
+    """A put's checked options, as the job's header stores them."""
+
+    priority: int = 0
+    not_before: float = 0.0
+    timeout: float | None = None
+
+    def state(self, job_id: str, key: str | None) -> _records.State:
+        """The header of a new job with these options."""
+        return _records.State(
+            id=job_id,
+            key=key,
+            priority=self.priority,
+            not_before=self.not_before,
+            timeout=self.timeout,
+        )
+
+
+def check_options(priority: object, delay: object, not_before: object, timeout: object) -> Options:
+    """A put's options checked at the call (TypeError for a wrong type,
+    ConfigurationError for a bad value), with *delay* made a wall-clock time."""
+    check_int(priority, "priority")
+    assert isinstance(priority, int)
+    if abs(priority) > _records.MAX_PRIORITY:
+        raise ConfigurationError(
+            f"priority must be an int from {-_records.MAX_PRIORITY:,} to "
+            f"{_records.MAX_PRIORITY:,}, not {priority!r}"
+        )
+    at = 0.0
+    if delay is not None and not_before is not None:
+        raise ConfigurationError("give delay= or not_before=, not both")
+    if delay is not None:
+        seconds = check_seconds(delay, "delay")
+        if not (math.isfinite(seconds) and seconds >= 0):
+            raise ConfigurationError(f"delay must be a number of seconds >= 0, not {delay!r}")
+        at = time.time() + seconds if seconds else 0.0
+    elif not_before is not None:
+        at = check_seconds(not_before, "not_before")
+        if not math.isfinite(at):
+            raise ConfigurationError(
+                f"not_before must be a finite time (as time.time() gives), not {not_before!r}"
+            )
+    if timeout is not None:
+        seconds = check_seconds(timeout, "timeout")
+        if not (math.isfinite(seconds) and seconds > 0):
+            raise ConfigurationError(f"timeout must be a number of seconds > 0, not {timeout!r}")
+        timeout = seconds
+    return Options(priority, at, timeout)
+
+
+@dataclass(frozen=True)
+class Made:
+    """A job that a put_many created, to withdraw if that call is cancelled: its entry
+    id, its marker (a repeatable put's), its entry as made, and its put's token."""
+
+    waiter: str
+    marker: str | None
+    entry: Entry | None
+    token: object = None
 
 
 def _digest(job_id: str) -> str:
@@ -102,20 +166,24 @@ class Putter:
         self._latest: dict[str, object] = {}
         self._locks: dict[str, anyio.Lock] = {}
 
-    async def put(self, data: bytes, key: str | None, job_id: str | None) -> _records.JobRef:
+    async def put(
+        self, data: bytes, key: str | None, job_id: str | None, options: Options
+    ) -> _records.JobRef:
         """Queue a job (see the module docstring for what each ending means)."""
         if job_id is None:
-            return await self._put_once(data, key, uuid.uuid4().hex)
-        return await self._put_repeatable(data, key, check_job_id(job_id))
+            return await self._put_once(data, key, uuid.uuid4().hex, options)
+        return await self._put_repeatable(data, key, check_job_id(job_id), options)
 
-    async def _put_once(self, data: bytes, key: str | None, job_id: str) -> _records.JobRef:
+    async def _put_once(
+        self, data: bytes, key: str | None, job_id: str, options: Options
+    ) -> _records.JobRef:
         waiter = f"@j{job_id}"
         session = await self._source.live()
         session.check()  # a session lost before anything is sent: not done
         try:
             position = await session.register(
                 self._jobs,
-                value=_records.encode(_records.State(id=job_id, key=key), data),
+                value=_records.encode(options.state(job_id, key), data),
                 ahead=0,
                 waiter_id=lambda: waiter,
                 durable=True,
@@ -126,46 +194,66 @@ class Putter:
             raise self._unknown(job_id, exc) from exc
         return _records.JobRef(job_id, key, position.entry.revision)
 
-    async def _put_repeatable(self, data: bytes, key: str | None, job_id: str) -> _records.JobRef:
+    async def _put_repeatable(
+        self,
+        data: bytes,
+        key: str | None,
+        job_id: str,
+        options: Options,
+        made: list[Made] | None = None,
+    ) -> _records.JobRef:
+        """A put with a job id. With *made* (put_many), a job it creates is added there,
+        and its id stays the latest put of that id (so that a withdrawal of it, if the
+        put_many is cancelled later, goes on unless the id is put again meanwhile)."""
         digest = _digest(job_id)
         waiter, token = f"@j{digest}", object()
         async with self._exclusive(waiter):
             self._latest[waiter] = token  # an earlier put's withdrawal stops here
             cancelled = anyio.get_cancelled_exc_class()
             try:
-                found = await self._find_or_create(data, key, job_id, digest, token)
+                found, created = await self._find_or_create(
+                    data, key, job_id, digest, token, options
+                )
             except cancelled:
                 raise  # its transaction may end later: its undo decides then
             except BaseException:
                 self._forget(waiter, token)
                 raise
-            self._forget(waiter, token)
+            if made is not None and created is not None:
+                made.append(Made(waiter, f"@t{digest}", created, token))
+            else:
+                self._forget(waiter, token)
             return found
 
     async def _find_or_create(
-        self, data: bytes, key: str | None, job_id: str, digest: str, token: object
-    ) -> _records.JobRef:
+        self,
+        data: bytes,
+        key: str | None,
+        job_id: str,
+        digest: str,
+        token: object,
+        options: Options,
+    ) -> tuple[_records.JobRef, Entry | None]:
+        """The job of that id (and None), or the job created (and its entry)."""
         waiter, marker = f"@j{digest}", f"@t{digest}"
         for _ in range(3):  # a marker collected or made by someone else meanwhile: again
             session = await self._source.live()
             try:
                 found = await self._existing(session.backend, waiter, marker, job_id)
                 if found is not None:
-                    return found
+                    return found, None
                 await self._collect(session)
                 session.check()
             except (ClosedError, SessionExpiredError):
                 continue  # the session was lost before anything was sent: on the next one
             record = json.dumps({"id": job_id, "key": key, "at": time.time()}).encode()
             ops = [
-                Create(
-                    self._jobs, waiter, _records.encode(_records.State(id=job_id, key=key), data)
-                ),
+                Create(self._jobs, waiter, _records.encode(options.state(job_id, key), data)),
                 Create(self._ids, marker, record),
             ]
             made = await self._create(session, ops, job_id, token)
             if made is not None and made[0] is not None:  # no checkpoint from here on
-                return _records.JobRef(job_id, key, made[0].revision)
+                return _records.JobRef(job_id, key, made[0].revision), made[0]
         # Each try was refused, or not sent: this call queued nothing.
         raise BackendUnavailable(
             f"queue {self._name!r}: the put of job {job_id} did not go through in 3 tries "

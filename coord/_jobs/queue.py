@@ -25,15 +25,25 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
+import anyio
+
 from .._core import keys as _keys
-from .._core.checks import check_duration, check_int, check_seconds, check_str
-from .._core.exceptions import ConfigurationError, JobNotFound
+from .._core.checks import (
+    check_bool,
+    check_duration,
+    check_int,
+    check_seconds,
+    check_str,
+    check_type,
+)
+from .._core.exceptions import ConfigurationError, JobNotFound, JobTimeout
 from ..abc import Create, Remove, Update
 from . import records as _records
+from .batch import Planned, put_many
 from .endings import Exhausted, RetryPolicy, end_claim
 from .looker import looker_for
-from .put import Putter
-from .records import DeadLetter, Job, JobRef
+from .put import Options, Putter, check_job_id, check_options
+from .records import DeadLetter, Job, JobRef, NewJob
 from .removing import Remover
 from .worker import RunStats, check_run, run_workers
 
@@ -112,6 +122,13 @@ class Queue:
         (read from the wall clock: workers' clocks should roughly agree)
     :param dedupe_window: seconds after a put with a ``job_id`` during which a put of
         the same id queues nothing (see :meth:`put`; wall clock)
+    :param timeout: seconds a claim's body may run before it is cancelled and the
+        attempt counted as failed (:exc:`coord.JobTimeout`), for jobs put without a
+        ``timeout`` of their own; None: no limit
+    :param priorities: this queue's jobs may have a priority (``put(..., priority=)``):
+        a worker's client then reads every outstanding job at each look, to find the
+        highest priority, where it otherwise reads the oldest few. Producers and
+        workers of such a queue should all open it so
     """
 
     def __init__(
@@ -124,10 +141,14 @@ class Queue:
         retry_delay: float = 1.0,
         max_retry_delay: float = 60.0,
         dedupe_window: float = 600.0,
+        timeout: float | None = None,
+        priorities: bool = False,
     ) -> None:
         self._source = source
         self._name = _keys.check_name(name)
         _check_options(max_attempts, on_exhausted, retry_delay, max_retry_delay)
+        self._timeout = None if timeout is None else check_duration(timeout, "timeout")
+        self._priorities = check_bool(priorities, "priorities")
         self._putter = Putter(source, name, check_duration(dedupe_window, "dedupe_window"))
         self._remover = Remover(source, name)
         self._max_attempts = max_attempts
@@ -159,7 +180,15 @@ class Queue:
     # -- producers ------------------------------------------------------------------------
 
     async def put(
-        self, payload: bytes, *, key: str | None = None, job_id: str | None = None
+        self,
+        payload: bytes,
+        *,
+        key: str | None = None,
+        job_id: str | None = None,
+        priority: int = 0,
+        delay: float | None = None,
+        not_before: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109  (the job's, stored: not this call's)
     ) -> JobRef:
         """Append a job. A checkpoint; one consensus write (with a *job_id*: also a read
         or two, to find an earlier put of that id).
@@ -182,15 +211,85 @@ class Queue:
         :param key: jobs with the same key run one at a time, in put order
         :param job_id: the job's id (any printable string up to 256 characters), making
             the put repeatable; default: a fresh id
-        :raises TypeError: for a payload that is not bytes, or a key or job id that is
-            not a str
-        :raises ConfigurationError: for a payload larger than the store takes, or a bad
-            key or job id
+        :param priority: among the claimable jobs, higher priorities are claimed first
+            (then the oldest); per-key order holds whatever the priorities. An int from
+            -(2**31 - 1) to 2**31 - 1; other than 0 only on a queue opened with
+            ``priorities=True`` (its workers too)
+        :param delay: seconds from now before the job can be claimed (read from the wall
+            clock, like *not_before*). A delayed job at the head of its key holds the
+            key's later jobs until it has run
+        :param not_before: a wall-clock time (as :func:`time.time` gives) before which
+            the job cannot be claimed; not with *delay*
+        :param timeout: seconds its claim's body may run: past it, the body is
+            cancelled, the attempt counts as failed and the block raises
+            :exc:`coord.JobTimeout`; default: the queue's ``timeout``
+        :raises TypeError: for a payload that is not bytes, a key or job id that is
+            not a str, or an option of the wrong type (a bool is no priority)
+        :raises ConfigurationError: for a payload larger than the store takes, a bad
+            key or job id, a negative or non-finite delay or timeout, both *delay* and
+            *not_before*, a priority out of range, or one other than 0 on a queue not
+            opened with ``priorities=True``
         :raises OutcomeUnknown: if the request was sent and no answer came
         """
         key = _records.check_key(key)
         data = _records.check_payload(payload, self._source.backend.max_value_size)
-        return await self._putter.put(data, key, job_id)
+        options = self._options(priority, delay, not_before, timeout)
+        return await self._putter.put(data, key, job_id, options)
+
+    async def put_many(self, jobs: Iterable[NewJob | bytes]) -> list[JobRef]:
+        """Append many jobs, in order, one transaction per batch: a list of their
+        :class:`coord.JobRef`, one per job, in order. A checkpoint.
+
+        Each job is a :class:`coord.NewJob` (the arguments of :meth:`put`) or plain
+        bytes (a payload). Every job is checked before anything is written. The list
+        goes in batches that the store takes in one transaction (up to 64 jobs, well
+        under the store's request size); the jobs of one batch share their ``seq``.
+        Jobs with a ``job_id`` keep :meth:`put`'s dedupe (a job of that id queued, in
+        flight, or put within the ``dedupe_window`` queues nothing, and its JobRef is
+        returned): each is put alone, by :meth:`put`'s repeatable put, in its place.
+
+        If a batch was sent and no answer came, it raises :exc:`coord.OutcomeUnknown`:
+        its ``job_ids`` may be queued, its ``done`` (JobRefs) are queued, and the jobs
+        after that batch were not sent. Any other error raised after some batches were
+        queued says which in a note (``__notes__``); give the jobs a ``job_id`` to put
+        the whole list again safely.
+
+        If cancelled, none of its jobs stays queued: those it had queued are withdrawn
+        by the client (those of a batch in flight once its request ends), unless a
+        worker claimed one first: then it runs, and a WARNING (logger ``coord``) names
+        it.
+
+        :raises TypeError: for a job that is neither a NewJob nor bytes, or a bad
+            argument in one (as :meth:`put`)
+        :raises ConfigurationError: for a bad value in a job (as :meth:`put`)
+        :raises OutcomeUnknown: if a batch was sent and no answer came
+        """
+        limit = self._source.backend.max_value_size
+        planned = []
+        for n, job in enumerate(jobs):
+            if isinstance(job, bytes | bytearray | memoryview):
+                job = NewJob(bytes(job))
+            check_type(job, NewJob, f"put_many: job {n}", "a coord.NewJob or bytes")
+            data = _records.check_payload(job.payload, limit)
+            key = _records.check_key(job.key)
+            job_id = None if job.job_id is None else check_job_id(job.job_id)
+            options = self._options(job.priority, job.delay, job.not_before, job.timeout)
+            planned.append(Planned(data, key, job_id, options))
+        if not planned:
+            return []
+        return await put_many(self._putter, planned)
+
+    def _options(
+        self, priority: object, delay: object, not_before: object, timeout: object
+    ) -> Options:
+        options = check_options(priority, delay, not_before, timeout)
+        if options.priority and not self._priorities:
+            raise ConfigurationError(
+                f"queue {self._name!r}: a put with a priority needs the queue opened with "
+                f"client.queue({self._name!r}, priorities=True), by its producers and its "
+                "workers (their clients then read every outstanding job at each look)"
+            )
+        return options
 
     # -- workers --------------------------------------------------------------------------
 
@@ -199,10 +298,13 @@ class Queue:
         claims it (see :class:`Queue`). Waiting is a checkpoint, woken by watches. If
         cancelled while waiting, nothing is claimed. On exit: acked if the body ended
         normally; released for a retry (attempt + 1, after a backoff) if it raised;
-        released as it was if it was cancelled from outside.
+        released as it was if it was cancelled from outside; a failed attempt if it ran
+        past the job's timeout (its body cancelled).
 
         :raises ClaimLost: from the block, if the claim was lost while it ran (its body
             was cancelled) or its ack was refused
+        :raises JobTimeout: from the block, if its body ran past the job's timeout (put's
+            ``timeout``, else the queue's) and was cancelled
         """
         return Claiming(self)
 
@@ -257,7 +359,10 @@ class Queue:
         )
 
     async def _claim(self) -> Job:
-        return await looker_for(self._source, self._name).next(self._retry)
+        looker = looker_for(self._source, self._name)
+        if self._priorities:
+            looker.priorities = True  # for the looker's life: shared by every Queue object
+        return await looker.next(self._retry)
 
     # -- operators ------------------------------------------------------------------------
 
@@ -333,7 +438,10 @@ class Queue:
             state, payload = _records.decode(entry)
             if state.id != job_id:
                 continue
-            fresh = _records.State(id=job_id, key=state.key)
+            # A new job: attempt 0, no delay; its priority and timeout as put.
+            fresh = _records.State(
+                id=job_id, key=state.key, priority=state.priority, timeout=state.timeout
+            )
             ops: list[Op] = [
                 Remove(entry),
                 # A fresh entry id (the job keeps its id, in the header).
@@ -412,6 +520,7 @@ class Claiming:
     def __init__(self, queue: Queue) -> None:
         self._queue = queue
         self._job: Job | None = None
+        self._timeout: float | None = None
 
     def __repr__(self) -> str:
         return f"<coord.Queue.claim {self._queue.name!r} job={self._job!r}>"
@@ -421,6 +530,12 @@ class Claiming:
             raise RuntimeError("this claim() is already in use: call claim() again")
         job = self._job = await self._queue._claim()
         job._hold._enter_body()
+        timeout = self._timeout = job._state.timeout or self._queue._timeout
+        if timeout is not None:
+            # The body's scope, cancelled on the claim's loss, also ends at the timeout.
+            scope = job._hold._scope
+            assert scope is not None
+            scope.deadline = anyio.current_time() + timeout
         return job
 
     async def __aexit__(
@@ -431,7 +546,28 @@ class Claiming:
     ) -> bool:
         job = self._job
         assert job is not None
-        swallowed = job._hold._exit_body(exc_type, exc_val, exc_tb)
+        hold = job._hold
+        scope = hold._scope
+        swallowed = hold._exit_body(exc_type, exc_val, exc_tb)
+        # The body's scope swallowed its own cancellation: the claim's loss (ClaimLost,
+        # from end_claim), or else its deadline, the job's timeout.
+        timed_out = (
+            swallowed
+            and self._timeout is not None
+            and scope is not None
+            and scope.deadline <= anyio.current_time()
+            and not hold.lost
+        )
+        if timed_out:
+            assert self._timeout is not None
+            error = JobTimeout(
+                f"job {job.id} ran past its timeout of {self._timeout:g} s: its body was "
+                "cancelled, and the attempt counted as failed",
+                job_id=job.id,
+                timeout=self._timeout,
+            )
+            await end_claim(job, error, self._queue._retry)
+            raise error from None
         exc = None if swallowed else exc_val
         await end_claim(job, exc, self._queue._retry, cut_short=swallowed)
         return swallowed

@@ -33,15 +33,18 @@ __all__ = [
     "MAX_ERROR_SIZE",
     "MAX_JOB_ID_LENGTH",
     "MAX_KEY_LENGTH",
+    "MAX_PRIORITY",
     "DeadLetter",
     "Job",
     "JobRef",
+    "NewJob",
     "State",
     "check_key",
     "check_payload",
     "cut_error",
     "decode",
     "encode",
+    "has_priority",
     "id_of",
     "max_payload",
 ]
@@ -55,6 +58,9 @@ MAX_JOB_ID_LENGTH = 256
 #: quotes included); a longer one is cut, and ends with :data:`_CUT`.
 MAX_ERROR_SIZE = 2048
 _CUT = "..."
+#: A job's priority is an int from ``-MAX_PRIORITY`` to ``MAX_PRIORITY`` (0 by default).
+MAX_PRIORITY = 2**31 - 1
+_PRIORITY_FIELD = b'"priority":'
 
 
 @dataclass(frozen=True)
@@ -63,13 +69,38 @@ class JobRef:
 
     :ivar id: the job's id (for :meth:`Queue.requeue` and logs)
     :ivar key: its ordering key, or None
-    :ivar seq: its place in the queue: strictly increasing in put order (the creation
-        revision of its entry)
+    :ivar seq: its place in the queue: increasing in put order (the creation revision
+        of its entry; the jobs of one :meth:`Queue.put_many` batch may share one)
     """
 
     id: str
     key: str | None
     seq: int
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A job to put with :meth:`coord.Queue.put_many`: the arguments of
+    :meth:`coord.Queue.put`, as one value (checked by ``put_many``, not here).
+
+    :ivar payload: its bytes
+    :ivar key: its ordering key, or None
+    :ivar job_id: its id, making its put repeatable (see :meth:`coord.Queue.put`)
+    :ivar priority: higher first among claimable jobs (a queue opened with
+        ``priorities=True``)
+    :ivar delay: seconds from now before it can be claimed
+    :ivar not_before: a wall-clock time (``time.time()``) before which it cannot be
+        claimed (not with *delay*)
+    :ivar timeout: seconds its claim's body may run before it is cancelled
+    """
+
+    payload: bytes
+    key: str | None = None
+    job_id: str | None = None
+    priority: int = 0
+    delay: float | None = None
+    not_before: float | None = None
+    timeout: float | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +134,8 @@ class State:
     parked: bool = False
     claim: str | None = None
     error: str | None = None
+    priority: int = 0
+    timeout: float | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def with_(self, **changes: Any) -> State:
@@ -147,6 +180,12 @@ def encode(state: State, payload: bytes) -> bytes:
         "error": None if state.error is None else cut_error(state.error),
         **state.extra,
     }
+    # Written only when set: most jobs have neither (and a looker tells a job with a
+    # priority by the field's presence, see has_priority).
+    if state.priority:
+        header["priority"] = state.priority
+    if state.timeout is not None:
+        header["timeout"] = state.timeout
     raw = _json(header)
     return _MAGIC + _LENGTH.pack(len(raw)) + raw + payload
 
@@ -162,6 +201,8 @@ def _header_room() -> int:
         not_before=-1.7976931348623157e308,
         parked=False,
         claim="f" * 32,
+        priority=-MAX_PRIORITY,
+        timeout=2.2250738585072014e-308,  # the longest positive float as JSON writes it
     )
     return len(encode(widest, b"")) - len(b"null") + MAX_ERROR_SIZE
 
@@ -183,6 +224,8 @@ def decode(entry: Entry) -> tuple[State, bytes]:
         start = len(_MAGIC) + _LENGTH.size
         header = json.loads(value[start : start + length])
         known = {"id", "key", "attempt", "not_before", "parked", "claim", "error"}
+        known |= {"priority", "timeout"}
+        timeout = header.get("timeout")
         state = State(
             id=str(header["id"]),
             key=header.get("key"),
@@ -191,11 +234,25 @@ def decode(entry: Entry) -> tuple[State, bytes]:
             parked=bool(header.get("parked", False)),
             claim=header.get("claim"),
             error=header.get("error"),
+            priority=int(header.get("priority", 0)),
+            timeout=None if timeout is None else float(timeout),
             extra={k: v for k, v in header.items() if k not in known},
         )
         return state, value[start + length :]
     except (ValueError, KeyError, TypeError, struct.error) as exc:
         return State(id=id_of(entry.key), parked=True, error=f"not a job: {exc}"), value
+
+
+def has_priority(entry: Entry) -> bool:
+    """Whether the job *entry* has a priority other than 0, read without decoding it:
+    the field is written only then, and in JSON its name in quotes followed by a colon
+    cannot occur inside a string (a quote there is escaped)."""
+    value = entry.value
+    if not value.startswith(_MAGIC) or len(value) < len(_MAGIC) + _LENGTH.size:
+        return False
+    (length,) = _LENGTH.unpack_from(value, len(_MAGIC))
+    start = len(_MAGIC) + _LENGTH.size
+    return value.find(_PRIORITY_FIELD, start, start + length) >= 0
 
 
 def check_key(key: object) -> str | None:

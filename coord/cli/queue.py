@@ -66,8 +66,37 @@ def _job_key(ctx: click.Context, param: click.Parameter, value: str | None) -> s
     help="The job's id (default: a fresh one). A put repeating an id queues nothing more "
     "while that job is queued or in flight, and for the queue's dedupe window.",
 )
+@click.option(
+    "--delay",
+    type=float,
+    metavar="SECONDS",
+    help="Claimable only SECONDS from now (a delayed job holds the later jobs of its key).",
+)
+@click.option(
+    "--priority",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Higher first among claimable jobs; the queue's workers must open it with "
+    "priorities=True.",
+)
+@click.option(
+    "--timeout",
+    type=float,
+    metavar="SECONDS",
+    help="A claim's body running longer is cancelled: a failed attempt.",
+)
 @store_options
-def put(store: Store, name: str, payload: str | None, key: str | None, job_id: str | None) -> None:
+def put(
+    store: Store,
+    name: str,
+    payload: str | None,
+    key: str | None,
+    delay: float | None,
+    priority: int,
+    timeout: float | None,
+    job_id: str | None,
+) -> None:
     """Append a job with PAYLOAD (text; '-' or none: read it from stdin) to queue NAME
     and print its id.
 
@@ -86,7 +115,10 @@ def put(store: Store, name: str, payload: str | None, key: str | None, job_id: s
 
     async def main(_: object) -> int:
         async with store.connect() as client:
-            ref = await client.queue(name).put(data, key=key, job_id=job_id)
+            queue = client.queue(name, priorities=priority != 0)
+            ref = await queue.put(
+                data, key=key, job_id=job_id, delay=delay, priority=priority, timeout=timeout
+            )
         click.echo(ref.id)
         return 0
 
@@ -98,9 +130,10 @@ def put(store: Store, name: str, payload: str | None, key: str | None, job_id: s
 @_JSON
 @read_options
 def ls(store: Store, name: str, as_json: bool) -> None:
-    """List the jobs of queue NAME in put order: id, key, attempt, state (ready,
-    claimed, parked, retry at HH:MM:SS, or waiting behind the earlier job of its key,
-    which runs first), payload size, and who claims it."""
+    """List the jobs of queue NAME in put order: id, key, attempt, priority (if not
+    0), state (ready, claimed, parked, retry at HH:MM:SS, waiting until HH:MM:SS for a
+    delayed job, or waiting behind the earlier job of its key, which runs first),
+    payload size, and who claims it."""
 
     async def main(_: object) -> int:
         async with store.connect() as client:
@@ -111,8 +144,9 @@ def ls(store: Store, name: str, as_json: bool) -> None:
             click.echo(f"no jobs in queue {name}")
         for job in [] if as_json else jobs:
             who = f"  by {show_identity(job['claimed_by'])}" if job["claimed_by"] else ""
+            priority = f"priority={job['priority']}  " if job["priority"] else ""
             click.echo(
-                f"{job['id']}  key={job['key'] or '-'}  attempt={job['attempt']}  "
+                f"{job['id']}  key={job['key'] or '-'}  attempt={job['attempt']}  {priority}"
                 f"{_state(job)}  {count(job['size'], 'byte')}{who}"
             )
         return 0
@@ -142,6 +176,9 @@ async def _jobs_of(client: coord.Client, name: str) -> list[dict[str, Any]]:
                 "id": state.id,
                 "key": state.key,
                 "attempt": state.attempt,
+                "priority": state.priority,
+                "timeout": state.timeout,
+                "not_before": state.not_before or None,
                 "state": _what(state, claimed, waiting=behind != state.id),
                 "behind": behind if behind != state.id else None,
                 "error": state.error,
@@ -160,7 +197,9 @@ def _what(state: _records.State, claimed: bool, *, waiting: bool) -> str:
     if waiting:
         return "waiting"
     if state.not_before > time.time():
-        return "retry at " + time.strftime("%H:%M:%S", time.localtime(state.not_before))
+        # Backing off after a failed attempt, or delayed at its put.
+        what = "retry at " if state.attempt else "waiting until "
+        return what + time.strftime("%H:%M:%S", time.localtime(state.not_before))
     return "ready"
 
 

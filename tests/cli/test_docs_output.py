@@ -105,6 +105,7 @@ _VOLATILE = [
     (r"\b[0-9a-f]{32}\b", "JOB_ID"),
     (r"127\.0\.0\.1:\d+", "127.0.0.1:PORT"),
     (r"\(data: [^)]*\)", "(data: DIR)"),
+    (r"until \d\d:\d\d:\d\d", "until HH:MM:SS"),
 ]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import time
 from typing import TYPE_CHECKING, Any
@@ -296,3 +297,45 @@ def test_work_runs_commands_side_by_side_each_acked_when_its_own_ends(coord_cli:
     wait_until(lambda: _jobs(coord_cli, "emails") == [], "the slow job's ack")
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(timeout=10) == 128 + signal.SIGTERM
+
+
+def test_put_options_delay_priority_timeout(coord_cli: Coord) -> None:
+    """``--delay`` shows the job waiting until its time; ``--priority`` and
+    ``--timeout`` are stored with the job (and a priority needs no more from the shell:
+    the command opens the queue with priorities=True)."""
+    later = coord_cli.run("queue", "put", "--delay", "3600", "emails", "a").stdout.strip()
+    high = coord_cli.run("queue", "put", "--priority", "7", "emails", "b").stdout.strip()
+    timed = coord_cli.run("queue", "put", "--timeout", "2.5", "emails", "c").stdout.strip()
+    jobs = json.loads(coord_cli.run("queue", "ls", "--json", "emails").stdout)
+    assert [(j["id"], j["priority"], j["timeout"]) for j in jobs] == [
+        (later, 0, None),
+        (high, 7, None),
+        (timed, 0, 2.5),
+    ]
+    assert jobs[0]["state"].startswith("waiting until ")
+    assert jobs[0]["not_before"] > time.time() + 3500
+    assert [j["state"] for j in jobs[1:]] == ["ready", "ready"]
+    text = coord_cli.run("queue", "ls", "emails").stdout.splitlines()
+    until = r"waiting until \d\d:\d\d:\d\d"
+    assert re.fullmatch(rf"{later}  key=-  attempt=0  {until}  1 byte", text[0])
+    assert text[1] == f"{high}  key=-  attempt=0  priority=7  ready  1 byte"
+
+    async def claim_the_high_one() -> None:
+        async with coord.connect(coord_cli.url) as client:
+            with anyio.fail_after(10):
+                async with client.queue("emails", priorities=True).claim() as job:
+                    assert job.id == high
+
+    anyio.run(claim_the_high_one, backend="asyncio")
+
+
+def test_bad_put_options_are_refused(coord_cli: Coord) -> None:
+    for args, message in [
+        (("--delay", "-1"), "delay must be a number of seconds >= 0"),
+        (("--timeout", "0"), "timeout must be a number of seconds > 0"),
+        (("--priority", str(2**31)), "priority must be an int from"),
+    ]:
+        refused = coord_cli.run("queue", "put", *args, "emails", "x")
+        assert refused.returncode != 0
+        assert message in refused.stderr
+    assert coord_cli.run("queue", "ls", "emails").stdout == "no jobs in queue emails\n"

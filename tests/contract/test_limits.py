@@ -7,7 +7,7 @@ fit, so that no ending of a claim is refused on size (issue 17, items 3 and 4).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import anyio.lowlevel
@@ -70,14 +70,49 @@ async def test_a_failure_message_never_wedges_its_key(
             assert job.payload == b"next"
 
 
+@pytest.mark.parametrize("on_exhausted", ["park", "dead_letter"])
+async def test_the_largest_job_with_every_option_at_its_widest_ends_every_way(
+    clients: list[coord.Client], on_exhausted: Literal["park", "dead_letter"]
+) -> None:
+    """A payload of exactly max_payload_size, with the widest key and job id, the
+    widest priority, timeout and not_before as stored, put (and by put_many), fails
+    with a message that grows sixfold in JSON: retried, then parked or dead-lettered."""
+    a, b, _, _ = clients
+    options: dict[str, Any] = {
+        "key": WIDEST_KEY,
+        "priority": -(2**31 - 1),
+        "timeout": 1.7976931348623157e308,
+        "not_before": -1.7976931348623157e308,
+    }
+    queue = a.queue("widest", max_attempts=2, on_exhausted=on_exhausted, priorities=True)
+    size = queue.max_payload_size
+    await queue.put(b"\xab" * size, job_id=WIDEST_KEY, **options)
+    await queue.put_many([coord.NewJob(b"\xcd" * size, **options)])
+    worker = b.queue(
+        "widest", max_attempts=2, on_exhausted=on_exhausted, retry_delay=0, priorities=True
+    )
+    with anyio.fail_after(20):
+        for attempt in (0, 1):
+            with pytest.raises(ValueError, match="错"):
+                async with worker.claim() as job:
+                    assert (job.attempt, len(job.payload)) == (attempt, size)
+                    raise ValueError(WIDE_MESSAGE)
+        assert await claims_of(a, "widest") == []
+        if on_exhausted == "park":
+            assert (await queue.stats()).parked == 1
+        else:
+            (letter,) = await queue.dead_letters()
+            assert (letter.attempts, len(letter.payload)) == (2, size)
+
+
 async def test_put_takes_max_payload_size_and_not_a_byte_more(
     clients: list[coord.Client],
 ) -> None:
-    """The README's figure: 991,648 bytes on every store, with the widest key."""
+    """The docs' figure: 991,591 bytes on every store, with the widest key."""
     queue = clients[0].queue("largest")
-    assert queue.max_payload_size == 991_648
+    assert queue.max_payload_size == 991_591
     await queue.put(b"\xab" * queue.max_payload_size, key=WIDEST_KEY)
-    with pytest.raises(coord.ConfigurationError, match="at most 991,648"):
+    with pytest.raises(coord.ConfigurationError, match="at most 991,591"):
         await queue.put(b"\xab" * (queue.max_payload_size + 1))
     assert (await queue.stats()).depth == 1
 

@@ -460,3 +460,31 @@ async def test_task_cancel_of_run_after_a_short_grace_releases_the_jobs(
         for _ in range(2):  # another client claims them, no attempt counted
             async with c.queue("native-run2").claim() as job:
                 assert (job.id in started, job.attempt) == (True, 0)
+
+
+async def test_a_natively_cancelled_put_many_leaves_nothing_queued(
+    clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same with ``task.cancel()``, which an anyio shield does not stop."""
+    a, _, _, _ = clients
+    queue = a.queue("native-many")
+    applied, answer = anyio.Event(), anyio.Event()
+    transact = a.backend.transact
+
+    async def slow(ops: Any) -> Any:
+        made = await transact(ops)
+        applied.set()
+        await answer.wait()
+        return made
+
+    monkeypatch.setattr(a.backend, "transact", slow)
+    with anyio.fail_after(15):
+        task = asyncio.create_task(queue.put_many([b"a", b"b", b"c"]))
+        await applied.wait()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        assert (await queue.stats()).depth == 3
+        answer.set()
+        while (await queue.stats()).depth:  # noqa: ASYNC110  (withdrawn in the background)
+            await anyio.sleep(0.05)

@@ -106,6 +106,8 @@ async def test_every_public_class_has_an_informative_repr() -> None:
         check(stats, "QueueStats(")
         check(coord.KeyStats(1, 0, 0), "KeyStats(")
         check(coord.DeadLetter("id", None, b"x", 5, "boom", 1), "DeadLetter(")
+        check(coord.NewJob(b"x", key="customer-7"), "NewJob(", "customer-7")
+        check(coord.RunStats(3, 1, 0, 0, 0.5), "RunStats(", "acked=3")
 
         statistics = client.statistics()
         check(statistics, "ClientStatistics(", "acquires=", "<coord.Histogram count=")
