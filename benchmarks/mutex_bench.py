@@ -8,6 +8,13 @@ the server's notifications per acquisition (etcd: Watch messages sent; ZooKeeper
 events fired) — a herd shows as one release waking every waiter. Compare ratios within one
 run; absolute numbers depend on the machine.
 
+Each store runs as production runs it (etcd's default fsync; ZooKeeper with
+``forceSync=yes``). Under the table, the floor of a handoff chain measured in the same
+run: keys deleted one after the other, each delete sent when the watch event of the one
+before arrives (delete -> watch event -> the next delete), by the raw library (aetcd,
+kazoo), one client, nothing else: what any lock that hands over through a watch must
+pay per handoff, and coord's contended rate as a share of it.
+
     python benchmarks/mutex_bench.py                       # starts a throwaway etcd
     python benchmarks/mutex_bench.py --store zk            # starts a throwaway ZooKeeper
     python benchmarks/mutex_bench.py --url etcd://127.0.0.1:2379 --seconds 10
@@ -18,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import statistics
+import threading
 import time
 import urllib.request
 import uuid
@@ -169,6 +177,71 @@ def kazoo_contender(hosts: str, key: str) -> Contender:
     return contend
 
 
+HANDOFFS = 1000
+
+
+async def etcd_handoff_floor(host: str, port: int) -> float:
+    """Handoffs per second of a chain of deletes driven by one watch (aetcd)."""
+    prefix = f"chain-{uuid.uuid4().hex[:8]}/".encode()
+    keys = [prefix + b"%08d" % n for n in range(HANDOFFS + 1)]
+    async with aetcd.Client(host=host, port=port) as client:
+        for key in keys:
+            created = await client.put(key, b"")
+        revision = created.header.revision
+        watch = await client.watch(
+            prefix, range_end=prefix[:-1] + b"0", start_revision=revision + 1
+        )
+        started = time.perf_counter()
+        await client.delete(keys[0])
+        gone = 0
+        async for _event in watch:
+            gone += 1
+            if gone == len(keys):
+                break
+            await client.delete(keys[gone])
+        took = time.perf_counter() - started
+        await watch.cancel()
+    return HANDOFFS / took
+
+
+def _kazoo_handoff_floor(hosts: str) -> float:
+    client = KazooClient(hosts=hosts, timeout=10)
+    client.start()
+    try:
+        base = f"/chain-{uuid.uuid4().hex[:8]}"
+        client.ensure_path(base)
+        paths = [f"{base}/{n:08d}" for n in range(HANDOFFS + 1)]
+        for path in paths:
+            client.create(path, b"")
+        done = threading.Event()
+
+        def armed(n: int) -> Callable[[Any], None]:
+            def deleted(_: Any) -> None:  # on kazoo's event thread
+                if n + 1 < len(paths):
+                    client.delete_async(paths[n + 1])
+                else:
+                    done.set()
+
+            return deleted
+
+        for n, path in enumerate(paths):
+            client.exists(path, watch=armed(n))
+        started = time.perf_counter()
+        client.delete_async(paths[0])
+        done.wait(120)
+        return HANDOFFS / (time.perf_counter() - started)
+    finally:
+        client.stop()
+        client.close()
+
+
+async def handoff_floor(endpoint: str) -> float:
+    host, port = endpoint.removeprefix("zk:").rsplit(":", 1)
+    if endpoint.startswith("zk:"):
+        return await anyio.to_thread.run_sync(_kazoo_handoff_floor, f"{host}:{port}")
+    return await etcd_handoff_floor(host, int(port))
+
+
 async def main(url: str, endpoint: str, contenders: list[int], seconds: float) -> None:
     zk = endpoint.startswith("zk:")
     host, port = endpoint.removeprefix("zk:").rsplit(":", 1)
@@ -179,6 +252,7 @@ async def main(url: str, endpoint: str, contenders: list[int], seconds: float) -
         "| server notifications per acquisition |"
     )
     print("|---|---|---|---|---|---|---|")
+    rates: dict[int, float] = {}
     for n in contenders:
         for name in ("coord.Mutex", peer):
             key = f"bench-{uuid.uuid4().hex[:8]}"
@@ -190,6 +264,14 @@ async def main(url: str, endpoint: str, contenders: list[int], seconds: float) -
                 contend = aetcd_contender(host, int(port), key)
             result = await run(name, n, seconds, endpoint, contend)
             print(result.row(), flush=True)
+            if name == "coord.Mutex":
+                rates[n] = result.acquisitions / result.seconds
+    floor = await handoff_floor(endpoint)
+    print(
+        f"\nhandoff chain floor ({peer.split('.')[0]}, delete -> watch event -> next delete): "
+        f"{floor:,.0f} handoffs/s; coord.Mutex / floor: "
+        + ", ".join(f"{rate / floor:.2f} at {n} contenders" for n, rate in rates.items())
+    )
 
 
 @contextlib.contextmanager
@@ -201,7 +283,7 @@ def store_endpoint(url: str | None, store: str) -> Iterator[tuple[str, str]]:
         yield url, f"{'zk:' if parsed.scheme == 'zk' else ''}{host}:{port}"
         return
     if store == "zk":
-        with ZooKeeperServer() as zk:
+        with ZooKeeperServer(force_sync=True) as zk:
             yield zk.url + "/bench", f"zk:{zk.endpoint}"
         return
     with EtcdServer() as server:

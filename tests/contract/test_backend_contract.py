@@ -301,6 +301,29 @@ async def test_entries_lists_only_the_registered_entries_of_the_prefix(
     assert a.entry.revision < b.entry.revision
 
 
+async def test_a_listing_that_may_be_stale_is_a_state_the_store_had(
+    clients: list[coord.Client],
+) -> None:
+    """``entries(stale_ok=True)`` (etcd's serializable read) lists what the same read
+    without it lists once the writes are acknowledged on this member, at a revision from
+    which a watch misses nothing."""
+    backend, lease, other, other_lease = parts(clients)
+    a = await backend.register("c/stale/", wid(), lease, value=b"a")
+    b = await other.register("c/stale/", wid(), other_lease, value=b"b")
+    fresh = await other.entries("c/stale/")
+    stale = await other.entries("c/stale/", stale_ok=True)
+    assert [e.key for e in stale.entries] == [e.key for e in fresh.entries]
+    assert [e.key for e in stale.entries] == [a.entry.key, b.entry.key]
+    assert stale.revision >= b.revision
+    with anyio.fail_after(10):
+        async with other.watch("c/stale/", revision=stale.revision) as changes:
+            await backend.delete(a.entry)
+            deleted = await changes.__anext__()
+            assert (deleted.kind, deleted.entry.key) == (ChangeKind.DELETE, a.entry.key)
+    limited = await other.entries("c/stale/", limit=1, stale_ok=True)
+    assert [e.key for e in limited.entries] == [b.entry.key]
+
+
 async def test_watch_reports_creations_and_deletions_only(clients: list[coord.Client]) -> None:
     backend, lease, other, _ = parts(clients)
     listing = await other.entries("c/watch/")

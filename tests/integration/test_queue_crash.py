@@ -1,9 +1,11 @@
-"""A crashed idle worker costs the queue nothing.
+"""A crashed, paused or cut-off idle worker costs the queue nothing.
 
-Three workers, each in a process of its own, wait for a job; one of them is killed with
-SIGKILL (its session, and its place among the idle lookers, stay until the TTL); a job is
-put: a live worker claims it within 100 ms. With one looker at a time (a turn mutex)
-the killed one, if it held the turn, stalled every claim for the TTL (8-9 s of ttl=10).
+Three workers, each in a process of its own and behind a TCP proxy of its own, wait for
+a job; one of them is killed with SIGKILL, paused with SIGSTOP, or cut off from the store
+(its proxy holds every byte): its session, and its place among the idle lookers, stay
+until the TTL. A job is put: a live worker claims it within 100 ms. With one looker at a
+time (a turn mutex) the lost one, if it held the turn, stalled every claim for the TTL
+(8-9 s of ttl=10).
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ import subprocess
 import sys
 import time
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 import anyio
 import pytest
 
 import coord
-from coord.testing import wait_for_waiters
+from coord.testing import TcpProxy, wait_for_waiters
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -65,20 +68,33 @@ async def _put(url: str) -> float:
     ],
 )
 @pytest.mark.parametrize("victim", [0, 1, 2], ids=["first", "second", "third"])
-def test_a_killed_idle_worker_delays_no_claim(
-    store: str, victim: int, tmp_path: Path, request: pytest.FixtureRequest
+@pytest.mark.parametrize("fault", ["killed", "paused", "cut off"])
+def test_a_lost_idle_worker_delays_no_claim(
+    store: str, victim: int, fault: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     url = str(request.getfixturevalue(f"{store}_url"))
+    where = urlsplit(url)
+    assert where.port is not None
     script = tmp_path / "worker.py"
     script.write_text(_WORKER)
+    proxies = [TcpProxy(where.port).start() for _ in range(3)]
     workers = [
-        subprocess.Popen([sys.executable, str(script), url], stdout=subprocess.PIPE)
-        for _ in range(3)
+        subprocess.Popen(
+            [sys.executable, str(script), f"{where.scheme}://{proxy.endpoint}{where.path}"],
+            stdout=subprocess.PIPE,
+        )
+        for proxy in proxies
     ]
     try:
         pids = anyio.run(_idle_pids, url, backend="asyncio")
-        os.kill(pids[victim], signal.SIGKILL)
-        time.sleep(0.2)  # dead; its session, and its idle entry, live on until the TTL
+        lost = next(n for n, worker in enumerate(workers) if worker.pid == pids[victim])
+        if fault == "killed":
+            os.kill(pids[victim], signal.SIGKILL)
+        elif fault == "paused":
+            os.kill(pids[victim], signal.SIGSTOP)
+        else:
+            proxies[lost].blackhole()
+        time.sleep(0.2)  # its session, and its idle entry, live on until the TTL
         put_at = anyio.run(_put, url, backend="asyncio")
         outputs = [w.stdout for w in workers if w.pid != pids[victim] and w.stdout]
         ready, _, _ = select.select(outputs, [], [], 5)
@@ -90,3 +106,5 @@ def test_a_killed_idle_worker_delays_no_claim(
         for worker in workers:
             worker.kill()
             worker.communicate()  # (reaped, and its pipe closed)
+        for proxy in proxies:
+            proxy.close()
