@@ -31,7 +31,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--local-handoff", type=int, default=None)
     args = parser.parse_args()
-    with EtcdServer() if args.store == "etcd" else ZooKeeperServer() as server:
+    with EtcdServer() if args.store == "etcd" else ZooKeeperServer(force_sync=True) as server:
         waits: list[float] = []
         t0 = time.perf_counter()
         cpu0 = time.process_time()

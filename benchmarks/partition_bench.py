@@ -26,12 +26,12 @@ sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from partition_dispatch import main as partitioned  # noqa: E402
-from queue_bench import bench as queue  # noqa: E402
+from queue_bench import queue_claims  # noqa: E402
 
 
 async def both(url: str, bootstrap: str, queue_jobs: int, jobs: int, directory: Path) -> None:
     print("-- the coord queue:")
-    claims = await queue(f"{url}/queue", queue_jobs, 8, 4, 16)
+    claims = await queue_claims(f"{url}/queue", queue_jobs, 8, 16)  # on 4 clients
     print("-- dispatch by partition:")
     rate = await partitioned(f"{url}/partitions", bootstrap, directory, jobs)
     print(

@@ -483,7 +483,7 @@ def main() -> None:
             args.seconds,
             args.cohort_k,
         )
-    with ZooKeeperServer() as zk:
+    with ZooKeeperServer(force_sync=True) as zk:
         rows += anyio.run(
             measure,
             "ZooKeeper",
