@@ -357,6 +357,9 @@ class Looker:
 
     async def _claim_all(self, session: Session, picks: list[_claiming.Pick]) -> None:
         """Claim each of *picks* at once, each for the worker that has waited longest."""
+        if len(picks) == 1 and self._waiters:  # one claim: no task group for it
+            await self._claim_for(session, picks[0], self._waiters.popleft())
+            return
         async with anyio.create_task_group() as tg:
             for pick in picks:
                 if not self._waiters:
