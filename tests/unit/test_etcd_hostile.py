@@ -121,7 +121,7 @@ async def test_a_peer_that_floods_and_never_reads_is_dropped_with_bounded_memory
     assert buffered
     assert max(buffered) < 1024 * 1024, f"{max(buffered):,} bytes buffered"
     assert took
-    assert max(took) < 0.15, f"the other client's calls took up to {max(took):.3f} s"
+    assert max(took) < 0.1, f"the other client's calls took up to {max(took):.3f} s"
     # Nothing runs once the call has failed: no busy loop around the dropped connection.
     cpu = time.process_time()
     await anyio.sleep(0.5)

@@ -22,6 +22,10 @@ while it connects wait for it (a failed attempt fails them as UNAVAILABLE, and c
 the next moment fail at once, as gRPC's do in its transient failure). While streams are
 open it pings the server every *keepalive* seconds and drops a connection whose ping is
 not answered in time: a paused or partitioned member fails its calls instead of hanging.
+Writes wait while the transport is paused (its buffer full: the server does not read);
+answers to a flood of PING or SETTINGS frames are refused (:data:`_MAX_ANSWERS`), and a
+connection on which nothing can be sent for *stall_timeout* is dropped (see
+``_Connection._hold``).
 """
 
 from __future__ import annotations
