@@ -280,6 +280,12 @@ class Connection:
             keepalive_timeout=_KEEPALIVE_TIMEOUT,
             max_receive=_MAX_RECEIVE,
             reconnect_backoff=_RECONNECT_BACKOFF,
+            # A connection on which nothing can be sent (a server that never opens its
+            # flow-control windows, or never reads) costs one attempt, as a member that
+            # hangs does: the next attempt goes on a new connection. With one endpoint
+            # that is the only way out; a longer limit (the request's) would fail the
+            # request that found the stall, though a new connection may serve it.
+            stall_timeout=self.attempt_timeout,
         )
         self._channel = channel
         self._generation += 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -16,6 +17,8 @@ if TYPE_CHECKING:
     from ._connection import Connection
 
 __all__ = ["EtcdLease", "grant"]
+
+_log = logging.getLogger("coord.backends.etcd")
 
 
 async def grant(conn: Connection, ttl: float) -> EtcdLease:
@@ -50,6 +53,12 @@ class EtcdLease(KeptAliveLease):
                 self._call = self._conn.lease.LeaseKeepAlive(metadata=metadata)
             await stream_write(self._call, rpc.LeaseKeepAliveRequest(ID=self.id))
             reply = await stream_read(self._call)
+            # Only a reply for our lease says whether it lives (etcd answers a lease it
+            # no longer has with its id and TTL 0); any other, such as an empty message
+            # (ID 0, TTL 0), is not about it. clientv3 drops those too (recvKeepAlive).
+            while reply.ID != self.id:
+                _log.debug("lease %#x: a keepalive reply for lease %#x ignored", self.id, reply.ID)
+                reply = await stream_read(self._call)
         except BackendUnavailable:
             await self._drop_call()
             raise

@@ -22,6 +22,10 @@ while it connects wait for it (a failed attempt fails them as UNAVAILABLE, and c
 the next moment fail at once, as gRPC's do in its transient failure). While streams are
 open it pings the server every *keepalive* seconds and drops a connection whose ping is
 not answered in time: a paused or partitioned member fails its calls instead of hanging.
+Writes wait while the transport is paused (its buffer full: the server does not read);
+answers to a flood of PING or SETTINGS frames are refused (:data:`_MAX_ANSWERS`), and a
+connection on which nothing can be sent for *stall_timeout* is dropped (see
+``_Connection._hold``).
 """
 
 from __future__ import annotations
@@ -67,6 +71,18 @@ _CLOSE_WAIT = 0.5
 _REFUSALS = 3
 #: Header blocks a connection keeps decoded, at most (see ``_Connection._fields``).
 _DECODED = 32
+#: Frames that demand an answer (PING, SETTINGS) a connection answers in one read, or
+#: while its transport is paused (the peer does not read what we write), at most: one
+#: more is a flood (the "ping flood" and "settings flood" of CVE-2019-9512 and -9515), and
+#: the connection is dropped. Every answer must be written (RFC 9113, 6.5.3 and 6.7), and
+#: one the peer does not read waits in our buffer: unbounded, a peer that sends and never
+#: reads grew the client by megabytes a second, and answering a read's worth of them
+#: (256 KiB: 28,000 empty SETTINGS) held the event loop for tens of milliseconds each
+#: time. A real peer sends one now and then (a keepalive, or a bandwidth probe, which
+#: waits for its answer before the next). nghttp2 closes a session retaining more than
+#: 1,000 such answers (``max_outbound_ack``); Go's HTTP/2 server, at 10,000 queued
+#: control frames of every kind.
+_MAX_ANSWERS = 1000
 #: RST_STREAM error codes -> gRPC codes (gRPC's HTTP/2 transport mapping).
 _RESET_CODES = {
     7: grpc.StatusCode.UNAVAILABLE,  # REFUSED_STREAM: not processed, safe to repeat
@@ -180,6 +196,11 @@ class _Connection(asyncio.Protocol):
         self._queued: deque[tuple[_Call, bytes, bytes | None]] = deque()  # over the limit
         self._blocked: dict[_Stream, None] = {}  # streams with data waiting for window
         self._unacked = 0
+        self._paused = False  # the transport's buffer is full: writes wait (see below)
+        self._answers = 0  # PING and SETTINGS answered while paused
+        self._to_answer: list[bytes] = []  # answers to the frames being read, in order
+        self._held_since: float | None = None  # see _hold
+        self._stall: asyncio.TimerHandle | None = None
         self._ping: asyncio.TimerHandle | None = None
         self._ping_due: asyncio.TimerHandle | None = None
         self.error: RpcError | None = None  # set once the connection is lost
@@ -210,10 +231,10 @@ class _Connection(asyncio.Protocol):
     def _fail(self, error: RpcError) -> None:
         if self.error is None:
             self.error = error
-        for timer in (self._ping, self._ping_due):
+        for timer in (self._ping, self._ping_due, self._stall):
             if timer is not None:
                 timer.cancel()
-        self._ping = self._ping_due = None
+        self._ping = self._ping_due = self._stall = None
         streams, self._streams = self._streams, {}
         self._blocked.clear()
         for stream in streams.values():
@@ -245,16 +266,26 @@ class _Connection(asyncio.Protocol):
         """Open a stream for *call* with the header block *block*, and send *body* as its
         whole request if there is one (a unary call's: one write for both frames); once
         fewer streams are open than the server allows (``call._on_stream`` tells)."""
-        if len(self._streams) >= self._max_streams or self._queued:
+        if self._paused or len(self._streams) >= self._max_streams or self._queued:
             self._queued.append((call, block, body))
+            self._hold()
             return
         call._on_stream(self._open_stream(call, block, body))
 
     def _start_queued(self) -> None:
-        while self._queued and len(self._streams) < self._max_streams and self.error is None:
+        started = False
+        while (
+            self._queued
+            and len(self._streams) < self._max_streams
+            and not self._paused
+            and self.error is None
+        ):
             call, block, body = self._queued.popleft()
             if call._code is None:  # not ended while it waited
                 call._on_stream(self._open_stream(call, block, body))
+                started = True
+        if started:
+            self._progressed()
 
     def _open_stream(self, call: _Call, block: bytes, body: bytes | None) -> _Stream:
         assert self._transport is not None
@@ -279,6 +310,8 @@ class _Connection(asyncio.Protocol):
             stream.send_window -= len(body)
             stream.ended_local = True
             self._transport.write(headers + _frame(_DATA, _END_STREAM, sid, body))
+            if self._held_since is not None:
+                self._progressed()
         else:
             self._transport.write(headers)
             if body is not None:
@@ -292,25 +325,33 @@ class _Connection(asyncio.Protocol):
     ) -> bool:
         """Send *data* on *stream* (*end*: its last); False if flow control holds some of
         it back, sent later (then *done* is resolved once all of it went out)."""
-        if stream.pending or len(data) > min(
-            self._send_window, stream.send_window, self._max_frame
+        if (
+            stream.pending
+            or self._paused
+            or len(data) > min(self._send_window, stream.send_window, self._max_frame)
         ):
             stream.pending.append((data, end, done))
             self._blocked[stream] = None
             self._flush()
+            if stream.pending:
+                self._hold()
             return not stream.pending
         assert self._transport is not None
         self._send_window -= len(data)
         stream.send_window -= len(data)
         self._transport.write(_frame(_DATA, _END_STREAM if end else 0, stream.id, data))
         stream.ended_local = stream.ended_local or end
+        if self._held_since is not None:
+            self._progressed()
         return True
 
     def _flush(self) -> None:
-        """Send what flow control held back, as far as the windows allow."""
+        """Send what flow control held back, as far as the windows allow and until the
+        transport pauses us."""
         assert self._transport is not None
+        sent = False
         for stream in list(self._blocked):
-            while stream.pending:
+            while stream.pending and not self._paused:
                 data, end, done = stream.pending[0]
                 room = min(self._send_window, stream.send_window, self._max_frame)
                 if room <= 0 and data:
@@ -320,6 +361,7 @@ class _Connection(asyncio.Protocol):
                 stream.send_window -= len(chunk)
                 last = end and not rest
                 self._transport.write(_frame(_DATA, _END_STREAM if last else 0, stream.id, chunk))
+                sent = True
                 if rest:
                     stream.pending[0] = (rest, end, done)
                     continue
@@ -329,6 +371,8 @@ class _Connection(asyncio.Protocol):
                     done.set_result(None)
             if not stream.pending:
                 del self._blocked[stream]
+        if sent:
+            self._progressed()
 
     def reset(self, stream: _Stream) -> None:
         """Cancel *stream* (RST_STREAM CANCEL); its call has ended already."""
@@ -347,6 +391,87 @@ class _Connection(asyncio.Protocol):
             self._start_queued()
         if self.draining and not self._streams:
             self.close(RpcError(_UNAVAILABLE, "etcd is going away (GOAWAY)"))
+
+    # -- backpressure ---------------------------------------------------------------------------
+
+    def pause_writing(self) -> None:
+        """The transport's buffer is over its high-water mark (the peer reads slower than
+        we write): what the calls send waits (held back as for flow control, new streams
+        queued) until :meth:`resume_writing`; the answers the peer demands meanwhile are
+        bounded (:meth:`_answer`)."""
+        self._paused = True
+        self._answers = 0
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._answers = 0
+        if self.error is None:
+            if self._blocked:
+                self._flush()
+            if self._queued:
+                self._start_queued()
+
+    def _answer(self, frame: bytes) -> None:
+        """Answer the peer (a PING's or a SETTINGS' ACK) once the frames at hand are
+        read (:meth:`_send_answers`: one write for all, not a system call each); or drop
+        the connection if it asked for more than :data:`_MAX_ANSWERS` in this read, or
+        while it does not read."""
+        self._to_answer.append(frame)
+        if len(self._to_answer) + (self._answers if self._paused else 0) > _MAX_ANSWERS:
+            self.abort(
+                f"etcd sent over {_MAX_ANSWERS} PING or SETTINGS frames at once or "
+                "without reading their answers (a flood)"
+            )
+
+    def _send_answers(self) -> None:
+        answers, self._to_answer = self._to_answer, []
+        if self._paused:
+            self._answers += len(answers)
+        assert self._transport is not None
+        self._transport.write(b"".join(answers) if len(answers) > 1 else answers[0])
+
+    # What the calls send can wait on the server: for its flow-control windows (a DATA
+    # frame held back), for room under its limit of streams (a stream queued), or for it
+    # to read (our transport paused). RFC 9113 lets a server hold any of them back, and
+    # to set every stream's initial window to 0, but one that never lets anything out
+    # while it answers our PINGs would keep the connection "alive" and every call on it
+    # timing out, for good with a single endpoint (a failover is the only other way out).
+    # So a connection on which something waits to be sent while nothing at all goes out
+    # (no DATA frame written, no waiting stream opened) for ``stall_timeout`` seconds is
+    # dropped like a lost one: its calls fail as UNAVAILABLE and the next connection serves
+    # them. The clock runs from the first hold without progress since, across calls that
+    # gave up meanwhile (each attempt of a retried call is held back anew, for less than
+    # the timeout each time), and only progress stops it: a server that lets one call's
+    # data out shows its connection works, even if it holds another stream back (that one
+    # is the server's application pushing back, which is its right).
+
+    def _hold(self) -> None:
+        """Something waits to be sent: start the stall clock, unless it runs."""
+        if self._held_since is None:
+            self._held_since = asyncio.get_running_loop().time()
+        if self._stall is None and self.error is None:
+            loop = asyncio.get_running_loop()
+            due = self._held_since + self._channel.stall_timeout
+            self._stall = loop.call_at(due, self._check_stall)
+
+    def _progressed(self) -> None:
+        """Something held back went out: the clock starts again for what still waits."""
+        held = self._blocked or self._queued
+        self._held_since = asyncio.get_running_loop().time() if held else None
+
+    def _check_stall(self) -> None:
+        self._stall = None
+        if self._held_since is None or self.error is not None:
+            return
+        loop = asyncio.get_running_loop()
+        due = self._held_since + self._channel.stall_timeout
+        if loop.time() < due:
+            self._stall = loop.call_at(due, self._check_stall)
+            return
+        if self._blocked or any(call._code is None for call, _, _ in self._queued):
+            timeout = self._channel.stall_timeout
+            self.abort(f"nothing could be sent to etcd for {timeout:g} s (flow control)")
+        # else nobody waits now: the next hold finds the clock past due, and drops it.
 
     # -- keepalive ------------------------------------------------------------------------------
 
@@ -407,6 +532,9 @@ class _Connection(asyncio.Protocol):
         except (_ProtocolError, hpack.HPACKError, ValueError, IndexError) as exc:
             self.abort(f"etcd sent what HTTP/2 does not allow: {exc}")
             return
+        finally:
+            if self._to_answer and self.error is None:
+                self._send_answers()
         del buffer[:pos]
 
     def _grant(self, stream: _Stream | None, n: int) -> None:
@@ -564,14 +692,14 @@ class _Connection(asyncio.Protocol):
             elif key == _MAX_CONCURRENT:
                 self._max_streams = value
                 self._start_queued()
-        self._transport.write(_frame(_SETTINGS, _ACK, 0))
-        if self._blocked:
+        self._answer(_frame(_SETTINGS, _ACK, 0))
+        if self._blocked and self.error is None:
             self._flush()
 
     def _pinged(self, flags: int, payload: bytes) -> None:
         assert self._transport is not None
         if not flags & _ACK:
-            self._transport.write(_frame(_PING, _ACK, 0, payload))
+            self._answer(_frame(_PING, _ACK, 0, payload))
             return
         if self._ping_due is not None:
             self._ping_due.cancel()
@@ -918,6 +1046,9 @@ class Channel:
         dropped (its calls fail as UNAVAILABLE)
     :param connect_timeout: seconds a connection attempt may take
     :param max_receive: the largest message accepted
+    :param stall_timeout: seconds something may wait to be sent (on the server's flow
+        control or stream limit, or for it to read) while nothing at all goes out, before
+        the connection is dropped (its calls fail as UNAVAILABLE; see ``_Connection._hold``)
     """
 
     def __init__(
@@ -931,6 +1062,7 @@ class Channel:
         connect_timeout: float = 5.0,
         max_receive: int = 64 * 1024 * 1024,
         reconnect_backoff: tuple[float, float] = (0.1, 1.0),
+        stall_timeout: float = 10.0,
     ) -> None:
         self._host, self._port = host, port
         self._ssl = ssl_context
@@ -938,6 +1070,7 @@ class Channel:
         self.keepalive_timeout = keepalive_timeout
         self.connect_timeout = connect_timeout
         self.max_receive = max_receive
+        self.stall_timeout = stall_timeout
         self._backoff_range = reconnect_backoff
         self._backoff = reconnect_backoff[0]
         self._retry_at = float("-inf")  # no connecting before this, after a failure
