@@ -89,10 +89,9 @@ async def put_many(putter: Putter, jobs: Sequence[Planned]) -> list[_records.Job
                 refs += await _put_batch(putter, group, refs, made)
     except anyio.get_cancelled_exc_class():
         for job in made:  # queued, and the caller is not told: withdrawn
-            putter._withdraw_soon(job.waiter, job.marker, job.entry, job.token)
+            putter._withdraw_soon(job.waiter, job.marker, job.entry, job.nonce)
         raise
     except BaseException as exc:
-        _forget(putter, made)
         if refs and not isinstance(exc, OutcomeUnknown):
             exc.add_note(
                 f"put_many: the first {len(refs)} jobs were queued before this error "
@@ -100,13 +99,7 @@ async def put_many(putter: Putter, jobs: Sequence[Planned]) -> list[_records.Job
                 "the others were not"
             )
         raise
-    _forget(putter, made)
     return refs
-
-
-def _forget(putter: Putter, made: list[Made]) -> None:
-    for job in made:
-        putter._forget(job.waiter, job.token)
 
 
 def _groups(putter: Putter, jobs: Sequence[Planned]) -> list[Planned | list[Planned]]:

@@ -308,19 +308,37 @@ async def cancel_in_flight(
     return answer
 
 
+async def _answer_later(answer: anyio.Event) -> None:
+    """Let a held answer go 0.3 s from now, as a reply delayed in the network comes (a
+    repeat from the same client waits for it: its puts of one id are made in order)."""
+    await anyio.sleep(0.3)
+    answer.set()
+
+
+@pytest.mark.parametrize(
+    "repeater", ["same queue object", "another queue object", "another client"]
+)
 async def test_a_repeat_takes_the_job_over_from_a_cancelled_put(
-    clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch
+    clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch, repeater: str
 ) -> None:
     """A put with a job_id is cancelled (task.cancel()) while its request is in flight,
-    and the producer puts the same id again before the first answer comes. The repeat
-    returns the job; the first put's clean-up, when its answer comes, must leave it
-    queued (withdrawing it would delete the job the repeat said was queued)."""
-    a, _, _, _ = clients
+    and the same id is put again before the first answer comes: by the same Queue
+    object, another of the same client, or another client (issue 36, item 1: those two
+    lost the job). The repeat returns the job; the first put's clean-up, when its answer
+    comes, must leave it queued (withdrawing it would delete the job the repeat said was
+    queued)."""
+    a, b, _, _ = clients
     queue = a.queue("takeover")
+    other = {
+        "same queue object": queue,
+        "another queue object": a.queue("takeover"),
+        "another client": b.queue("takeover"),
+    }[repeater]
     with anyio.fail_after(15):
         answer = await cancel_in_flight(a, queue, "once", monkeypatch)
-        repeat = await queue.put(b"x", job_id="once")
-        answer.set()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_answer_later, answer)
+            repeat = await other.put(b"x", job_id="once")
         assert repeat.id == "once"
         await anyio.sleep(0.5)  # the first put's clean-up has had its chance
         assert (await queue.stats()).depth == 1

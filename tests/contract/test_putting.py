@@ -180,3 +180,64 @@ async def test_a_cancelled_put_whose_job_a_worker_took_runs(
         assert job.payload == b"x"
     assert (await queue.stats()).depth == 0
     assert any(r.levelno == logging.WARNING and job.id in r.getMessage() for r in caplog.records)
+
+
+async def _answer_later(answer: anyio.Event) -> None:
+    """Let a held answer go 0.3 s from now, as a reply delayed in the network comes."""
+    await anyio.sleep(0.3)
+    answer.set()
+
+
+@pytest.mark.parametrize("repeater", ["another client", "another queue object"])
+async def test_a_repeat_from_elsewhere_keeps_the_job_of_a_cancelled_put(
+    clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch, repeater: str
+) -> None:
+    """Issue 36, item 1: a put with a job_id is cancelled while its request is in flight
+    (applied, the answer held back); a put of the same id from another client, or from
+    the same client through another Queue object, finds the job and returns it (that
+    one once the first answer came: a client's puts of one id are made one after
+    another). The cancelled put's withdrawal must then be refused (it used to delete the
+    job the repeat said was queued: the job was lost)."""
+    a, b, _, _ = clients
+    queue = a.queue("takeover")
+    applied, answer = anyio.Event(), anyio.Event()
+    transact = a.backend.transact
+
+    async def slow(ops: Any) -> Any:
+        made = await transact(ops)
+        if any(isinstance(op, Create) and op.prefix.endswith("/_jobs/") for op in ops):
+            applied.set()
+            await answer.wait()
+        return made
+
+    monkeypatch.setattr(a.backend, "transact", slow)
+    with anyio.fail_after(15):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(partial(queue.put, b"x", job_id="once"))
+            await applied.wait()
+            tg.cancel_scope.cancel()
+        other = (b if repeater == "another client" else a).queue("takeover")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_answer_later, answer)
+            repeat = await other.put(b"x", job_id="once")
+        assert repeat.id == "once"
+        await anyio.sleep(0.5)  # the first put's withdrawal has had its chance
+        assert (await queue.stats()).depth == 1
+        async with b.queue("takeover").claim() as job:
+            assert job.id == "once"
+
+
+async def test_concurrent_repeats_through_two_queue_objects_queue_once(
+    clients: list[coord.Client],
+) -> None:
+    """Issue 36, item 3: one client puts each id at once through two Queue objects of
+    one name: each id is queued once (on ZooKeeper it was queued twice: the order of a
+    client's puts of one id was kept per Queue object, not per client and name)."""
+    a, _, _, _ = clients
+    queues = [a.queue("twice"), a.queue("twice")]
+    with anyio.fail_after(15):
+        async with anyio.create_task_group() as tg:
+            for n in range(10):
+                for queue in queues:
+                    tg.start_soon(partial(queue.put, b"x", job_id=f"id-{n}"))
+        assert (await queues[0].stats()).depth == 10
