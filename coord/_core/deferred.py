@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from .exceptions import ClosedError
+from .exceptions import ClosedError, SessionExpiredError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
@@ -70,7 +70,7 @@ class Deferred:
         """Start ``func()`` as a task *delay* seconds from now, unless the returned
         :class:`Start` is cancelled first. Not a checkpoint.
 
-        :raises ClosedError: if the task group is closed
+        :raises ClosedError: if the task group is closed (or what its owner raises then)
         """
         return self._push(Start(anyio.current_time() + delay, next(self._order), func, call=False))
 
@@ -120,5 +120,5 @@ class Deferred:
                 continue
             try:
                 self._start_soon(func)
-            except ClosedError:
-                return  # the session is closing: so is this task
+            except (ClosedError, SessionExpiredError):
+                return  # the session is over, or closing: so is this task

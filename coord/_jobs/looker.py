@@ -185,7 +185,7 @@ class Looker:
         self._running = True
         try:
             self._source.spawn(self._run)
-        except ClosedError as exc:
+        except (ClosedError, SessionExpiredError) as exc:  # (a session used alone, lost)
             self._running = False
             self._fail_all(exc)
 

@@ -69,8 +69,10 @@ class Hold:
         # My key existed at the read's revision (an entry's revision is its creation
         # order, which the contract does not promise to be a store revision).
         self._seen_at = position.revision
-        self._unlisten = session.listen(self._poke)
+        # First what raises on a session that is over (SessionExpiredError: the waiter
+        # registers on the next one), so that nothing is left listening to it.
         self._guard_start: Start | None = session.call_after(GUARD_DELAY, self._arm)
+        self._unlisten = session.listen(self._poke)
 
     def _setup(self, name: str, fence: int, session: Session, entry: Entry) -> None:
         self.name = name
@@ -270,7 +272,8 @@ class Hold:
         # My key may be gone, or the backend lost sight of it: re-read (rare: a task).
         self._unguard = None
         if self._frozen is None:
-            with suppress(ClosedError):  # the session is closing: it tells everyone
+            # The session is over, or closing: it tells everyone.
+            with suppress(ClosedError, SessionExpiredError):
                 self._session.start_soon(self._recheck)
 
     async def _recheck(self) -> None:

@@ -124,9 +124,12 @@ async def _queue(
         position = await session.register(
             prefix, value=value, ahead=rule.ahead, kind=rule.kind, waiter_id=waiter_id
         )
+        # The answer may come after the session was lost and its keeper closed it: the
+        # hold cannot follow a session that is over (SessionExpiredError, as for any use
+        # of a lost session), and the key went with its lease.
+        hold = hold_type(name, session, position)
     except (SessionExpiredError, EntryGoneError):
         return None  # the session is lost (the next one, if any), or the key went
-    hold = hold_type(name, session, position)
     try:
         try:
             with hold._waiting():

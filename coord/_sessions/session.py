@@ -152,6 +152,7 @@ class Session(SessionSource, OwnedWork, AsyncResource):
         self._lease: Lease | None = None
         self._tg: BackgroundTasks | None = None
         self._closed = False
+        self._closed_live = False  # closed by its owner while it was live (see _ended)
         self._lost: anyio.Event | None = None
         self._scopes: set[anyio.CancelScope] = set()
         self._listeners: set[Callable[[], None]] = set()
@@ -230,15 +231,36 @@ class Session(SessionSource, OwnedWork, AsyncResource):
     def check(self) -> Lease:
         """Return the lease if the session can be used, else raise.
 
-        :raises ClosedError: if the session is closed
-        :raises SessionExpiredError: if the session is lost
+        :raises ClosedError: if the session is not open, or was closed while live
+        :raises SessionExpiredError: if the session is lost (closed since, or not)
         """
         lease = self.lease
-        if self._closed:
-            raise ClosedError("the session is closed")
-        if self.lost:
-            raise SessionExpiredError(f"session {lease.id:#x} is lost ({self.reason})")
+        if self._closed or self.lost:
+            raise self._ended()
         return lease
+
+    def _ended(self) -> ClosedError | SessionExpiredError:
+        """What a use of this session raises once it cannot be used.
+
+        A session ends in one of two ways. Its owner closes it while it is live (a
+        session used alone, ``async with Session(...)``): a closed resource,
+        ClosedError. Or it is lost (its lease expired or was revoked, its deadline
+        passed, the store refused it), and closed after that: a client's keeper closes
+        a session only once it is lost, and declares it lost before closing it when the
+        client itself closes. That end is SessionExpiredError however far the closing
+        has gone, because what the caller must do is the same as for any lost session:
+        a waiter waits on the next session, a holder is told it lost its hold. Only the
+        source (:meth:`SessionSource.live`) can say whether a next session will come or
+        the client is closed; a ClosedError from the session would tell a waiter the
+        client is closed when only its session was. This is the one place that decides
+        it: :meth:`check`, :meth:`start_soon`, :meth:`call_after` and the settles and
+        registrations of :mod:`coord._sessions.work` raise what it returns.
+        """
+        if self._tg is None or self._lease is None:
+            return ClosedError("the session is not open")
+        if self._closed_live:
+            return ClosedError("the session is closed")
+        return SessionExpiredError(f"session {self._lease.id:#x} is lost ({self.reason})")
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -274,6 +296,7 @@ class Session(SessionSource, OwnedWork, AsyncResource):
         self._closed = True
         if self._tg is None:
             return
+        self._closed_live = not self.lost
         self.declare_lost("the session was closed")
         try:
             with anyio.move_on_after(self._ttl, shield=True):
@@ -343,9 +366,14 @@ class Session(SessionSource, OwnedWork, AsyncResource):
             raise SessionExpiredError(f"the session was lost while waiting ({self.reason})")
 
     def start_soon(self, func: Callable[[], Coroutine[Any, Any, None]]) -> None:
-        """Run *func* in the session's task group (cancelled when the session closes)."""
+        """Run *func* in the session's task group (cancelled when the session closes).
+        Not a checkpoint.
+
+        :raises SessionExpiredError: if the session was lost and closed since
+        :raises ClosedError: if it is not open, or was closed while live
+        """
         if self._tg is None or self._closed:
-            raise ClosedError("the session is not open")
+            raise self._ended()
         self._tg.start_soon(func)
 
     def spawn(self, func: Callable[[], Coroutine[Any, Any, None]]) -> None:
@@ -355,9 +383,13 @@ class Session(SessionSource, OwnedWork, AsyncResource):
     def call_after(self, delay: float, func: Callable[[], None]) -> Start:
         """Call *func* (it must not block) once *delay* seconds have passed, on the one
         task of the session that waits for all such calls, unless the returned
-        :class:`~coord._core.deferred.Start` is cancelled first. Not a checkpoint."""
+        :class:`~coord._core.deferred.Start` is cancelled first. Not a checkpoint.
+
+        :raises SessionExpiredError: if the session was lost and closed since
+        :raises ClosedError: if it is not open, or was closed while live
+        """
         if self._tg is None or self._closed:
-            raise ClosedError("the session is not open")
+            raise self._ended()
         return self._deferred.call_after(delay, func)
 
     async def retry(

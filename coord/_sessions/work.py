@@ -86,6 +86,12 @@ class OwnedWork(ABC):
     def check(self) -> Lease: ...
 
     @abstractmethod
+    def _ended(self) -> ClosedError | SessionExpiredError:
+        """What a use of the session raises once it cannot be used: SessionExpiredError
+        once it is lost (closed since or not), ClosedError if it is not open or was
+        closed while live (see :meth:`coord._sessions.session.Session._ended`)."""
+
+    @abstractmethod
     def start_soon(self, func: Callable[[], Coroutine[Any, Any, None]]) -> None: ...
 
     @abstractmethod
@@ -140,10 +146,8 @@ class OwnedWork(ABC):
             raise
         if request.error is not None:
             raise request.error
-        if request.position is None:  # the session's tasks were cancelled under it
-            if not self.running and not self.lost:
-                raise ClosedError("the session was closed during a registration")
-            raise SessionExpiredError(f"the session ended during a registration ({self.reason})")
+        if request.position is None:  # the session's tasks were cancelled: it closed
+            raise self._ended()
         return request.position
 
     async def delete(self, entry: Entry) -> bool | None:
@@ -188,9 +192,12 @@ class OwnedWork(ABC):
         caller that is gone can be undone.
 
         Returns the result, or None if it did not finish in time; raises what it raised.
+
+        :raises SessionExpiredError: if the session was lost and closed before the call
+        :raises ClosedError: if it is not open, or was closed while live
         """
         if not self.running:
-            raise ClosedError("the session is not open")
+            raise self._ended()
         box: list[Any] = []
         done = anyio.Event()
         abandoned = False
