@@ -9,6 +9,10 @@ through a TCP proxy. After each fault:
   member, and the shares are balanced (⌊P/M⌋ or ⌈P/M⌉ each);
 * a clean join or leave moved at most what the balance needed;
 
+and, with 4 members and P = 12, a connection reset of one member and the kill of the
+store's leader (both survived by the sessions) move no partition to another member and
+end no membership (issue 36);
+
 and over the whole history: no two owners of a partition acted in overlapping intervals
 unless the first was faulted and told (``DROP lost``) or killed, no write of a former
 owner was accepted once the next one began, fences increase from owner to owner, and no
@@ -280,3 +284,31 @@ async def test_a_blip_moves_only_the_blipped_members_own_partitions(
     errors = [(e.proc, e.detail) for e in events if e.kind == "ERROR"]
     assert not errors, f"a membership was lost: {errors}"
     checks.check_history(events, {"p0": [(blip_at, blip_at + TTL)]}, pool.killed)
+
+
+async def test_a_leader_kill_moves_no_partition(
+    pool: Pool, cluster: EtcdCluster | ZooKeeperEnsemble
+) -> None:
+    """4 members, P = 12; the store's leader is killed (quorum kept). Every session
+    survives the election, so no partition changes owner (on ZooKeeper, members whose
+    connection dropped let theirs go and take them back) and no membership is lost."""
+    partitions = 12
+    url = f"{cluster.url}/{fresh_namespace()}"
+    for number in range(4):
+        pool.spawn(f"p{number}", url, partitions)
+    before = await pool.balanced("with 4 members", pool.members(), partitions=partitions)
+    leader = await anyio.to_thread.run_sync(cluster.wait_for_leader)
+    killed_at = time.monotonic()
+    await anyio.to_thread.run_sync(lambda: leader.stop(kill=True))
+    await anyio.sleep(TTL + 1)
+    after = await pool.balanced("after the kill", pool.members(), partitions=partitions)
+    await pool.stop()
+
+    events = pool.store.snapshot()
+    taken = [(e.proc, int(e.task)) for e in events if e.kind == "OWN" and e.at > killed_at]
+    report = pool.report()
+    assert all(before[p] == proc for proc, p in taken), f"moved: {taken}\n{report}"
+    assert after == before, report
+    errors = [(e.proc, e.detail) for e in events if e.kind == "ERROR"]
+    assert not errors, f"a membership was lost: {errors}"
+    checks.check_history(events, {}, pool.killed)
