@@ -11,7 +11,8 @@ key; once granted it is the lock. It is lost when
 * its session is lost (the store expired or revoked the lease, the client closed it, or
   the lease's local deadline passed: read from the clock, so ``lost`` is true the moment
   the deadline passes, with no checkpoint), or
-* the connection was interrupted after the grant (ZooKeeper SUSPENDED, by default).
+* the connection was interrupted after the grant (ZooKeeper SUSPENDED, by default),
+  unless it excludes nobody (a group membership: :attr:`Hold._voided_by_interruption`).
 
 Then the body of ``async with`` is cancelled and the release raises LockLost.
 """
@@ -62,6 +63,11 @@ class Hold:
     _lost_error: type[LockLost] = LockLost
     #: Whether its acquire had to wait for someone ahead (for the statistics).
     _waited = False
+    #: Whether an interruption of the connection (ZooKeeper SUSPENDED under
+    #: ``suspended_is_lost``) voids it: yes for whatever excludes others (a lock, a
+    #: leadership, a partition); a group membership excludes nobody and lasts as long as
+    #: its entry and session do.
+    _voided_by_interruption = True
 
     def __init__(self, name: str, session: Session, position: Position) -> None:
         entry = position.entry
@@ -144,7 +150,11 @@ class Hold:
     def _is_lost(self) -> bool:
         if self._gone or self._session.lost:
             return True
-        return self._granted and self._session.lease.interruptions != self._epoch
+        return (
+            self._voided_by_interruption
+            and self._granted
+            and self._session.lease.interruptions != self._epoch
+        )
 
     def _why(self) -> str:
         session = self._session

@@ -93,6 +93,12 @@ class Membership(Hold):
     """
 
     _lost_error = MembershipLost
+    # A membership excludes nobody: an interruption the session survives (ZooKeeper
+    # SUSPENDED) leaves it, and its id, as they were. Voiding it would make the member
+    # join again under a new id, and the partitioner's assignment, which keys on member
+    # ids, would move partitions of members that saw nothing. What excludes (a
+    # partition's lock) is still voided.
+    _voided_by_interruption = False
 
     def __repr__(self) -> str:
         state = "lost" if self.lost else "left" if self.released else "member"

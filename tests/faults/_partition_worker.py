@@ -9,7 +9,8 @@ partition. A lost membership (MembershipLost) is reported as MLOST and the worke
 again, with the same client; any other exception as ERROR. SIGTERM closes the client
 (leaving the group) and exits 0.
 
-    python _partition_worker.py --url etcd://... --store 127.0.0.1:PORT --proc p0 --ttl 2
+    python _partition_worker.py --url etcd://... --store 127.0.0.1:PORT --proc p0 --ttl 2 \
+        [--partitions 64]
 """
 
 from __future__ import annotations
@@ -58,8 +59,8 @@ async def own(owner: coord.Owner, partition: int, store: Reporter, proc: str) ->
         pass  # reported above
 
 
-async def member(client: coord.Client, store: Reporter, proc: str) -> None:
-    partitioner = client.partitioner(NAME, partitions=PARTITIONS)
+async def member(client: coord.Client, store: Reporter, proc: str, partitions: int) -> None:
+    partitioner = client.partitioner(NAME, partitions=partitions)
     while True:
         try:
             async with partitioner.join(proc.encode()) as owner:
@@ -83,7 +84,7 @@ async def main(args: argparse.Namespace) -> None:
     store = Reporter(await connect_store(args.store))
     async with coord.connect(args.url, ttl=args.ttl) as client:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(member, client, store, args.proc)
+            tg.start_soon(member, client, store, args.proc, args.partitions)
             with anyio.open_signal_receiver(signal.SIGTERM) as signals:
                 async for _ in signals:
                     tg.cancel_scope.cancel()
@@ -96,5 +97,6 @@ if __name__ == "__main__":
     parser.add_argument("--store", required=True)
     parser.add_argument("--proc", required=True)
     parser.add_argument("--ttl", type=float, default=2.0)
+    parser.add_argument("--partitions", type=int, default=PARTITIONS)
     anyio.run(main, parser.parse_args(), backend="asyncio")
     sys.exit(0)

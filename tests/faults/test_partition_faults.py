@@ -9,6 +9,10 @@ through a TCP proxy. After each fault:
   member, and the shares are balanced (⌊P/M⌋ or ⌈P/M⌉ each);
 * a clean join or leave moved at most what the balance needed;
 
+and, with 4 members and P = 12, a connection reset of one member and the kill of the
+store's leader (both survived by the sessions) move no partition to another member and
+end no membership (issue 36);
+
 and over the whole history: no two owners of a partition acted in overlapping intervals
 unless the first was faulted and told (``DROP lost``) or killed, no write of a former
 owner was accepted once the next one began, fences increase from owner to owner, and no
@@ -77,10 +81,10 @@ class Pool:
     left: set[str] = field(default_factory=set)
     faults: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
 
-    def spawn(self, proc: str, url: str) -> None:
+    def spawn(self, proc: str, url: str, partitions: int = PARTITIONS) -> None:
         env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
         command = [sys.executable, str(WORKER), f"--url={url}", f"--store={self.store.endpoint}"]
-        command += [f"--proc={proc}", f"--ttl={TTL}"]
+        command += [f"--proc={proc}", f"--ttl={TTL}", f"--partitions={partitions}"]
         with (self.directory / f"{proc}.log").open("ab") as out:
             self.procs[proc] = subprocess.Popen(
                 command, stdout=out, stderr=subprocess.STDOUT, env=env
@@ -93,15 +97,15 @@ class Pool:
         return checks.owners(self.store.snapshot(), self.killed | (dead or set()))
 
     async def balanced(
-        self, what: str, members: set[str], within: float = SETTLE
+        self, what: str, members: set[str], within: float = SETTLE, partitions: int = PARTITIONS
     ) -> dict[int, str]:
         """Until *members* own every partition between them, ⌊P/M⌋ or ⌈P/M⌉ each."""
-        share = PARTITIONS // len(members)
+        share = partitions // len(members)
         with anyio.move_on_after(within):
             while True:
                 owned = self.owners(set(self.procs) - members)
                 counts = [sum(1 for o in owned.values() if o == m) for m in members]
-                if len(owned) == PARTITIONS and all(share <= c <= share + 1 for c in counts):
+                if len(owned) == partitions and all(share <= c <= share + 1 for c in counts):
                     return owned
                 await anyio.sleep(0.05)  # a test may poll its own store
         raise AssertionError(f"not balanced within {within:g}s {what}:\n{self.report()}")
@@ -248,3 +252,63 @@ async def test_partitions_through_joins_leaves_pauses_kills_and_a_cut(
             while names := await client.backend.names(NAME):  # noqa: ASYNC110
                 await anyio.sleep(0.1)
         assert not names
+
+
+async def test_a_blip_moves_only_the_blipped_members_own_partitions(
+    pool: Pool, cluster: EtcdCluster | ZooKeeperEnsemble, proxy: TcpProxy
+) -> None:
+    """4 members, P = 12; one member's connections are reset (a blip its session
+    survives). No partition of another member moves; the blipped member keeps its own or
+    (on ZooKeeper, where SUSPENDED voids its holds) lets them go and takes them back. No
+    membership is lost."""
+    partitions = 12
+    namespace = fresh_namespace()
+    url = f"{cluster.url}/{namespace}"
+    scheme = "etcd" if isinstance(cluster, EtcdCluster) else "zk"
+    pool.spawn("p0", f"{scheme}://{proxy.endpoint}/{namespace}", partitions)
+    for number in (1, 2, 3):
+        pool.spawn(f"p{number}", url, partitions)
+    before = await pool.balanced("with 4 members", pool.members(), partitions=partitions)
+    blip_at = time.monotonic()
+    proxy.reset()
+    await anyio.sleep(TTL + 1)  # whatever the blip does is done by then
+    after = await pool.balanced("after the blip", pool.members(), partitions=partitions)
+    await pool.stop()
+
+    events = pool.store.snapshot()
+    taken = [(e.proc, int(e.task)) for e in events if e.kind == "OWN" and e.at > blip_at]
+    report = pool.report()
+    assert all(proc == "p0" for proc, _ in taken), f"others' partitions moved: {taken}\n{report}"
+    assert all(before[p] == "p0" for _, p in taken), f"moved to p0: {taken}\n{report}"
+    assert after == before, report
+    errors = [(e.proc, e.detail) for e in events if e.kind == "ERROR"]
+    assert not errors, f"a membership was lost: {errors}"
+    checks.check_history(events, {"p0": [(blip_at, blip_at + TTL)]}, pool.killed)
+
+
+async def test_a_leader_kill_moves_no_partition(
+    pool: Pool, cluster: EtcdCluster | ZooKeeperEnsemble
+) -> None:
+    """4 members, P = 12; the store's leader is killed (quorum kept). Every session
+    survives the election, so no partition changes owner (on ZooKeeper, members whose
+    connection dropped let theirs go and take them back) and no membership is lost."""
+    partitions = 12
+    url = f"{cluster.url}/{fresh_namespace()}"
+    for number in range(4):
+        pool.spawn(f"p{number}", url, partitions)
+    before = await pool.balanced("with 4 members", pool.members(), partitions=partitions)
+    leader = await anyio.to_thread.run_sync(cluster.wait_for_leader)
+    killed_at = time.monotonic()
+    await anyio.to_thread.run_sync(lambda: leader.stop(kill=True))
+    await anyio.sleep(TTL + 1)
+    after = await pool.balanced("after the kill", pool.members(), partitions=partitions)
+    await pool.stop()
+
+    events = pool.store.snapshot()
+    taken = [(e.proc, int(e.task)) for e in events if e.kind == "OWN" and e.at > killed_at]
+    report = pool.report()
+    assert all(before[p] == proc for proc, p in taken), f"moved: {taken}\n{report}"
+    assert after == before, report
+    errors = [(e.proc, e.detail) for e in events if e.kind == "ERROR"]
+    assert not errors, f"a membership was lost: {errors}"
+    checks.check_history(events, {}, pool.killed)
