@@ -81,12 +81,14 @@ _FIRST_LOOK = 32
 # A read keeps up to this many claimable jobs in stock, claimed by the next rounds
 # without reading again (each claim is guarded by the job's version as read).
 _STOCK = 8
+# ... and reads again after this many seconds whatever is left of it (so that no stock
+# outlives a queue emptied and refilled: a ZooKeeper node made again under the same name
+# starts again at version 0, which a claim's guard cannot tell from the old one).
+_STOCK_FOR = 0.5
 # After a conflict, lookers take jobs of their own lane for this many seconds.
 _CONTENDED_FOR = 2.0
 # A looker whose claims were seen within this many seconds counts (see Looker._share).
 _LOOKERS_FOR = 3.0
-# Job headers remembered by _decode, at most.
-_DECODED = 4096
 # The live claims are read at least this often (seconds) while jobs are claimable.
 _CLAIMS_EVERY = 0.5
 
@@ -142,7 +144,9 @@ class Looker:
         self._claims_due = 0.0  # when the claims must be read again (monotonic)
         self._stock: list[_claiming.Pick] = []  # claimable when last read, oldest first
         self._stock_session: Session | None = None
-        self._decoded: dict[str, tuple[int, _records.State, bytes]] = {}  # see _decode
+        self._stock_until = 0.0  # the stock is read again after then (monotonic)
+        # See _decode: (creation revision, version) -> header and payload, per key.
+        self._decoded: dict[str, tuple[tuple[int, int], _records.State, bytes]] = {}
         #: Read every outstanding job at each look, to claim the highest priorities
         #: first: set by a Queue opened with ``priorities=True``, or on reading a job
         #: with a priority; for the looker's life.
@@ -212,6 +216,8 @@ class Looker:
             self._fail_all(exc)
         finally:
             self._running = False
+            if not self._waiters:  # nobody waits: hold no job read for them
+                self._stock, self._decoded = [], {}
             await self._leave_idle()
             if self._waiters:  # came while it ended
                 self._start()
@@ -226,7 +232,11 @@ class Looker:
         """Claim from the stock of claimable jobs last read; with none left, read the head
         of the queue, and if nothing is claimable there, wait for a change."""
         backend = session.backend
-        if not self._stock or self._stock_session is not session:
+        if (
+            not self._stock
+            or self._stock_session is not session
+            or time.monotonic() >= self._stock_until
+        ):
             jobs, claims = await self._read(session)
             live = None if claims is None else {_records.id_of(e.key) for e in claims.entries}
             now = time.time()
@@ -238,6 +248,7 @@ class Looker:
                 await self._wait_idle(backend, jobs, claims, wake_at)
                 return
             self._stock, self._stock_session = self._share(picks)[:_STOCK], session
+            self._stock_until = time.monotonic() + _STOCK_FOR
         self._conflicts = 0
         picks = self._take(len(self._waiters))
         if self.priorities:
@@ -264,8 +275,8 @@ class Looker:
         claiming at once reach for different jobs. Alone, that is every job, oldest
         first. All of them if its share is empty (fewer jobs than lookers)."""
         lookers = self._lookers
-        if time.monotonic() >= self._contended_until:
-            return picks  # no conflict lately: the oldest first
+        if time.monotonic() >= self._contended_until or self.priorities:
+            return picks  # no conflict lately (or priorities first): the oldest first
         lane, lanes = lookers.index(self._token), len(lookers)
         mine = [p for p in picks if _lane(p, lanes) == lane]
         if mine:
@@ -318,6 +329,8 @@ class Looker:
         for attempt in _retry.attempts():
             try:
                 jobs = await backend.entries(self._jobs, limit=limit, stale_ok=True)
+                read = {e.key for e in jobs.entries}
+                self._decoded = {k: v for k, v in self._decoded.items() if k in read}
                 claims = None
                 now = time.monotonic()
                 if now >= self._claims_due or not self._any_claimable(jobs, None):
@@ -344,15 +357,15 @@ class Looker:
         return bool(_claiming.choose_many(jobs.entries, live, time.time(), 1, self._decode)[0])
 
     def _decode(self, entry: Entry) -> tuple[_records.State, bytes]:
-        """:func:`coord._jobs.records.decode`, remembered per key and version: the head
-        of a busy queue is read again and again, mostly unchanged."""
+        """:func:`coord._jobs.records.decode`, remembered per key, creation and version
+        (a ZooKeeper node's version starts again at 0 when a node of the same name is
+        made again): the head of a busy queue is read again and again, mostly
+        unchanged. Only the jobs of the latest read are kept (see :meth:`_read`)."""
         known = self._decoded.get(entry.key)
-        if known is not None and known[0] == entry.version:
+        if known is not None and known[0] == (entry.revision, entry.version):
             return known[1], known[2]
         state, payload = _records.decode(entry)
-        if len(self._decoded) >= _DECODED:
-            self._decoded.clear()
-        self._decoded[entry.key] = (entry.version, state, payload)
+        self._decoded[entry.key] = ((entry.revision, entry.version), state, payload)
         return state, payload
 
     async def _claim_all(self, session: Session, picks: list[_claiming.Pick]) -> None:

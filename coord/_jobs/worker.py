@@ -30,7 +30,13 @@ from typing import TYPE_CHECKING
 import anyio
 
 from .._core.checks import check_int, check_seconds
-from .._core.exceptions import ClaimLost, ConfigurationError
+from .._core.exceptions import (
+    ClaimLost,
+    ClosedError,
+    ConfigurationError,
+    JobTimeout,
+    SessionExpiredError,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -173,9 +179,11 @@ class _Workers:
                     self._count("lost")
                     _log.warning("queue %r: job %s: %s", self.name, exc.job_id, exc)
                 except Exception as exc:
-                    if slot.job is None:
-                        raise  # from the claim, not the handler: the loop cannot go on
-                    self._failed(slot.job, exc, exc is slot.raised)
+                    if slot.job is None:  # from the claim, not from a handler
+                        await self._claim_failed(exc)
+                        return
+                    own = exc is slot.raised or isinstance(exc, JobTimeout)
+                    self._failed(slot.job, exc, own)
                 else:
                     self._count("released" if job._deferred else "acked")
             if slot.scope.cancelled_caught and slot.job is not None:
@@ -190,6 +198,20 @@ class _Workers:
                 )
         finally:
             slot.scope = slot.job = slot.raised = None
+
+    async def _claim_failed(self, exc: Exception) -> None:
+        """A claim failed. The client closed, or its session was lost with none to follow:
+        the loop cannot go on, so the workers stop and the caller drains the others with
+        their grace, then raises *exc*. Anything else (the store failing for a while) is
+        logged, and this worker claims again after a pause."""
+        if isinstance(exc, ClosedError | SessionExpiredError):
+            if self.error is None:
+                self.error = exc
+            self.stop(f"{type(exc).__name__}: {exc}")
+            self.wake.set()  # the caller drains the handlers in flight, with their grace
+            return
+        _log.warning("queue %r: claiming failed, claiming again shortly: %s", self.name, exc)
+        await anyio.sleep(_CLAIM_PAUSE)
 
     async def _run(self, slot: _Slot, job: Job) -> None:
         try:
@@ -226,6 +248,10 @@ class _Workers:
 
     def _count(self, what: str) -> None:
         self.counts[what] += 1
+
+
+#: Seconds a worker waits before claiming again after a claim failed (the store failing).
+_CLAIM_PAUSE = 1.0
 
 
 async def run_workers(

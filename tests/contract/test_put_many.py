@@ -175,3 +175,22 @@ async def test_a_cancelled_put_many_leaves_nothing_queued(
         while (await queue.stats()).depth:  # noqa: ASYNC110  (withdrawn in the background)
             await anyio.sleep(0.05)
     assert (await a.backend.entries("cancelled-many/_ids/")).entries == ()
+
+
+async def test_a_batch_behind_older_jobs_keeps_its_keys_order(clients: list[coord.Client]) -> None:
+    """A batch's jobs share one creation revision on etcd, and etcd cuts a sorted range
+    anywhere among equals: a limited listing must still be a prefix of the queue, so that
+    a key's first job is the first of that key claimed (it was a later one, at random)."""
+    a, b, _, _ = clients
+    queue = a.queue("ties")
+    for n in range(10):
+        await queue.put(b"old%d" % n)
+    await queue.put_many([coord.NewJob(b"%d" % n, key="k") for n in range(64)])
+    full = [e.key for e in (await a.backend.entries("ties/_jobs/")).entries]
+    for limit in (16, 32, 40):
+        listed = await a.backend.entries("ties/_jobs/", limit=limit, stale_ok=True)
+        assert [e.key for e in listed.entries] == full[:limit]
+    with anyio.fail_after(10):
+        for n in range(10):  # the older jobs, acked
+            assert (await take(b.queue("ties")))[0] == b"old%d" % n
+        assert (await take(b.queue("ties")))[:2] == (b"0", "k")

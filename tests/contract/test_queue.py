@@ -438,3 +438,22 @@ async def test_the_largest_payload_goes_through_claim_and_retry(
         async with queue.claim() as job:
             assert len(job.payload) == size
             assert job.attempt == 1
+
+
+async def test_a_looker_with_nobody_waiting_holds_no_job(clients: list[coord.Client]) -> None:
+    """A looker keeps the jobs it read (their payloads) only while workers wait: once
+    they are served, nothing (before, the payloads of up to 4,096 jobs stayed)."""
+    from coord._jobs.looker import looker_for
+
+    a, _, _, _ = clients
+    queue = a.queue("held")
+    for n in range(20):
+        await queue.put(b"x" * 1000 + b"%d" % n)
+    for _ in range(20):
+        await take(queue)
+    looker = looker_for(a._source, "held")
+    with anyio.fail_after(5):
+        while looker._running:  # noqa: ASYNC110 (its task ends once nobody waits)
+            await anyio.sleep(0.01)
+    assert looker._decoded == {}
+    assert looker._stock == []

@@ -264,3 +264,69 @@ async def test_bad_arguments_raise_at_once_and_claim_nothing(clients: list[coord
     stats = await queue.stats()
     assert (stats.depth, stats.in_flight) == (1, 0)
     assert await claims_of(a, "run-bad") == []
+
+
+async def test_a_failing_claim_neither_cuts_a_handler_short_nor_ends_the_loop(
+    clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A claim that fails for a while (the store refusing) is logged and tried again: the
+    handlers in flight go on, and so does the loop (before, the first such error cancelled
+    every handler at once, grace or not, and ended run())."""
+    from coord._jobs import looker as _looker
+
+    queue = clients[0].queue("flaky")
+    await queue.put(b"long")
+    real = _looker.Looker._claim
+    calls = 0
+
+    async def claim(self: Any, session: Any, pick: Any, retry: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise coord.BackendError("too many requests, for now")
+        return await real(self, session, pick, retry)
+
+    monkeypatch.setattr(_looker.Looker, "_claim", claim)
+    done: list[bytes] = []
+    second = anyio.Event()
+
+    async def handler(job: coord.Job) -> None:
+        if job.payload == b"long":
+            await queue.put(b"next")  # claimed by the other worker: its claim fails once
+            await anyio.sleep(0.3)
+        done.append(job.payload)
+        if len(done) == 2:
+            second.set()
+
+    with anyio.fail_after(15):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: queue.run(handler, concurrency=2, grace=30, signals=()))
+            await second.wait()
+            tg.cancel_scope.cancel()
+    assert sorted(done) == [b"long", b"next"]
+    assert calls >= 3
+    assert any("claiming failed" in line for line in warnings(caplog))
+
+
+async def test_a_timed_out_job_is_logged_as_what_became_of_it(
+    clients: list[coord.Client], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A body cut short by the job's timeout ended as a failed attempt, written: the log
+    says what became of the job, not that its outcome is unknown."""
+    queue = clients[0].queue("slow", max_attempts=2, retry_delay=0)
+    await queue.put(b"hangs", timeout=0.2)
+    again = anyio.Event()
+
+    async def handler(job: coord.Job) -> None:
+        if job.attempt == 0:
+            await anyio.sleep_forever()  # cut short by the timeout
+        again.set()  # the first attempt's ending was logged before this claim
+
+    with anyio.fail_after(15):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: queue.run(handler, concurrency=1, grace=1, signals=()))
+            await again.wait()
+            tg.cancel_scope.cancel()
+    line = next(line for line in warnings(caplog) if "JobTimeout" in line)
+    assert "retried after 0s" in line
+    assert "unknown" not in line

@@ -594,6 +594,21 @@ class EtcdBackend(Backend):
             if not wanted or len(found) >= wanted or len(reply.kvs) < 2 * wanted:
                 break
             wanted = 0
+        if wanted and reply.more and reply.kvs:
+            # Waiters registered by one batch share a create revision, and etcd cuts a
+            # sorted range anywhere among equals: read the last revision's keys whole, at
+            # the same revision, so that the listing is a prefix of the queue.
+            last = reply.kvs[-1].create_revision
+            tie = rpc.RangeRequest(
+                key=start,
+                range_end=end,
+                min_create_revision=last,
+                max_create_revision=last,
+                revision=reply.header.revision,
+                serializable=stale_ok,
+            )
+            ties = await self._conn.call("list", lambda c: c.kv.Range, tie)
+            found = [kv for kv in found if kv.create_revision != last] + entries_of(ties.kvs)
         # Waiters registered by one batch share a create revision: their keys order them.
         kvs = sorted(found, key=lambda kv: (kv.create_revision, kv.key))[: limit or None]
         return Listing(tuple(self._entry(kv) for kv in kvs), reply.header.revision)
