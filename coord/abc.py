@@ -136,7 +136,13 @@ class Create:
 @dataclass(frozen=True)
 class Update:
     """A transaction step, and a guard: set *entry*'s value, only if it still exists as
-    given (same creation revision, same version). It keeps its revision and lease."""
+    given (same creation revision, same version). It keeps its revision and lease.
+
+    On ZooKeeper the creation is told by the name alone (its multi compares a node's
+    version, not its czxid): a waiter entry's sequential name is not given twice while
+    its parent node lives, but once the parent was removed (an emptied container) the
+    same name can be made again, and it matches at version 0. A caller that keeps an
+    entry across such a time must read it again before guarding a write with it."""
 
     entry: Entry
     value: bytes
@@ -145,7 +151,7 @@ class Update:
 @dataclass(frozen=True)
 class Remove:
     """A transaction step, and a guard: delete *entry*, only if it still exists as given
-    (same creation revision, same version)."""
+    (same creation revision, same version; on ZooKeeper see :class:`Update`)."""
 
     entry: Entry
 
@@ -461,7 +467,10 @@ class Backend(AsyncResource):
         version (so "ack this job only while my claim is still mine" is one transaction
         removing both); a :class:`Check` guards only (same creation revision). Their
         entries must be waiter entries (made by :meth:`register` or a :class:`Create`);
-        a :class:`Put` writes a plain key. Each key at most once per transaction.
+        a :class:`Put` writes a plain key. Each key at most once per transaction. The
+        entries its Creates make under one prefix are listed (:meth:`entries`) after every
+        earlier one, and among themselves in the order of their Creates if their waiter
+        ids sort in that order (they may share one creation revision).
 
         Returns None if a guard failed (nothing was written), else one item per op: the
         new entry of a Create or Update (all with the same new revision/version: the

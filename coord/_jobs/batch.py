@@ -12,9 +12,9 @@ the repeatable put (a read of its marker, then a transaction creating the job an
 marker), in its place in the list: folding them into a batch would need every marker
 read before the batch and a batch refused whole when one id was put meanwhile.
 
-A batch's jobs share one creation revision on etcd; their entry ids are made to sort
-in list order (etcd orders a revision's entries by key), so that the queue's order is
-the list's.
+A batch's entry ids are made to sort in list order, which is what makes a
+transaction's entries listed in the order of its Creates (:meth:`coord.abc.Backend.transact`),
+so that the queue's order is the list's.
 
 A **cancelled** put_many queued nothing it was not told of: the jobs it had created
 (earlier batches, earlier repeatable puts) are withdrawn by the client, and those of a
@@ -131,7 +131,7 @@ async def _put_batch(
     putter: Putter, batch: list[Planned], refs: list[_records.JobRef], made: list[Made]
 ) -> list[_records.JobRef]:
     """One transaction creating the jobs of *batch*: their JobRefs, or raise."""
-    base = uuid.uuid4().hex[:26]  # ids sorting in list order (etcd: by key in a revision)
+    base = uuid.uuid4().hex[:26]  # ids sorting in list order (see Backend.transact)
     ids = [f"{base}{n:06x}" for n in range(len(batch))]
     states = [job.options.state(job_id, job.key) for job_id, job in zip(ids, batch, strict=True)]
     ops = [

@@ -81,9 +81,9 @@ _FIRST_LOOK = 32
 # A read keeps up to this many claimable jobs in stock, claimed by the next rounds
 # without reading again (each claim is guarded by the job's version as read).
 _STOCK = 8
-# ... and reads again after this many seconds whatever is left of it (so that no stock
-# outlives a queue emptied and refilled: a ZooKeeper node made again under the same name
-# starts again at version 0, which a claim's guard cannot tell from the old one).
+# ... and reads again after this many seconds whatever is left of it, so that no stock
+# outlives a queue emptied and refilled (a name made again may match an old version:
+# see coord.abc.Update).
 _STOCK_FOR = 0.5
 # After a conflict, lookers take jobs of their own lane for this many seconds.
 _CONTENDED_FOR = 2.0
@@ -358,9 +358,9 @@ class Looker:
 
     def _decode(self, entry: Entry) -> tuple[_records.State, bytes]:
         """:func:`coord._jobs.records.decode`, remembered per key, creation and version
-        (a ZooKeeper node's version starts again at 0 when a node of the same name is
-        made again): the head of a busy queue is read again and again, mostly
-        unchanged. Only the jobs of the latest read are kept (see :meth:`_read`)."""
+        (a name made again may start again at an old version: see
+        :class:`coord.abc.Update`): the head of a busy queue is read again and again,
+        mostly unchanged. Only the jobs of the latest read are kept (see :meth:`_read`)."""
         known = self._decoded.get(entry.key)
         if known is not None and known[0] == (entry.revision, entry.version):
             return known[1], known[2]

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from .._core import retry as _retry
 from .._core.checks import check_int, check_seconds
 from .._core.exceptions import (
     ClaimLost,
@@ -102,9 +103,10 @@ class _Slot:
     """One worker: the scope its claim runs in, the job it holds (None while it waits
     for one), and the handler's own exception, if it raised."""
 
-    __slots__ = ("job", "raised", "scope")
+    __slots__ = ("failures", "job", "raised", "scope")
 
     def __init__(self) -> None:
+        self.failures = 0  # claims that failed in a row (see _claim_failed)
         self.scope: anyio.CancelScope | None = None
         self.job: Job | None = None
         self.raised: Exception | None = None
@@ -173,14 +175,14 @@ class _Workers:
             with anyio.CancelScope() as slot.scope:
                 try:
                     async with self._claim() as job:
-                        slot.job = job
+                        slot.job, slot.failures = job, 0
                         await self._run(slot, job)
                 except ClaimLost as exc:
                     self._count("lost")
                     _log.warning("queue %r: job %s: %s", self.name, exc.job_id, exc)
                 except Exception as exc:
                     if slot.job is None:  # from the claim, not from a handler
-                        await self._claim_failed(exc)
+                        await self._claim_failed(slot, exc)
                         return
                     own = exc is slot.raised or isinstance(exc, JobTimeout)
                     self._failed(slot.job, exc, own)
@@ -199,11 +201,11 @@ class _Workers:
         finally:
             slot.scope = slot.job = slot.raised = None
 
-    async def _claim_failed(self, exc: Exception) -> None:
+    async def _claim_failed(self, slot: _Slot, exc: Exception) -> None:
         """A claim failed. The client closed, or its session was lost with none to follow:
         the loop cannot go on, so the workers stop and the caller drains the others with
         their grace, then raises *exc*. Anything else (the store failing for a while) is
-        logged, and this worker claims again after a pause."""
+        logged, and this worker claims again after a backoff."""
         if isinstance(exc, ClosedError | SessionExpiredError):
             if self.error is None:
                 self.error = exc
@@ -211,7 +213,8 @@ class _Workers:
             self.wake.set()  # the caller drains the handlers in flight, with their grace
             return
         _log.warning("queue %r: claiming failed, claiming again shortly: %s", self.name, exc)
-        await anyio.sleep(_CLAIM_PAUSE)
+        await _retry.backoff(slot.failures)
+        slot.failures += 1
 
     async def _run(self, slot: _Slot, job: Job) -> None:
         try:
@@ -248,10 +251,6 @@ class _Workers:
 
     def _count(self, what: str) -> None:
         self.counts[what] += 1
-
-
-#: Seconds a worker waits before claiming again after a claim failed (the store failing).
-_CLAIM_PAUSE = 1.0
 
 
 async def run_workers(
