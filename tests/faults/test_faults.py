@@ -42,28 +42,6 @@ pytestmark = [pytest.mark.anyio, pytest.mark.faults, pytest.mark.timeout(120)]
 TTL = 2.0
 RECOVERY = TTL + 5  # every live worker acquires again within this, after a fault
 WORKERS = 3
-KINDS = [
-    pytest.param("etcd", marks=pytest.mark.etcd),
-    pytest.param("zookeeper", marks=pytest.mark.zookeeper),
-]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(params=KINDS)
-def kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def server(kind: str) -> Iterator[EtcdServer | ZooKeeperServer]:
-    """A server of this test's own: some scenarios kill it."""
-    factory = EtcdServer if kind == "etcd" else ZooKeeperServer
-    with factory() as server:
-        yield server
 
 
 @pytest.fixture(params=["mutex", "cohort", "election", "queue"])

@@ -43,27 +43,6 @@ DELAY = 0.9  # each reply: past a third of the TTL (the keepalive's period)
 # is lost, and answers for it are still on their way when its keeper has closed it).
 FAST, SLOW = 1.5, 2.5
 SECONDS = 9.0  # the worker's run, after its client is open: two slow spells or three
-KINDS = [
-    pytest.param("etcd", marks=pytest.mark.etcd),
-    pytest.param("zookeeper", marks=pytest.mark.zookeeper),
-]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(params=KINDS)
-def kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def server(kind: str) -> Iterator[EtcdServer | ZooKeeperServer]:
-    factory = EtcdServer if kind == "etcd" else ZooKeeperServer
-    with factory() as server:
-        yield server
 
 
 @pytest.fixture
