@@ -16,10 +16,10 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from .._core import retry as _retry
-from .._core.exceptions import BackendUnavailable, ClaimLost, ClosedError, SessionExpiredError
+from .._core.exceptions import ClaimLost, ClosedError
 from ..abc import Create, Remove, Update
 from . import records as _records
+from .commit import apply
 
 if TYPE_CHECKING:
     from .._locks.hold import Hold
@@ -107,7 +107,7 @@ async def _end(session: Session, ops: list[Op], hold: Hold, job: Job, what: str)
             _LATE.get(answer or "lost", "still unknown (the session was lost with it)"),
         )
 
-    answer = await session.settle(lambda: _apply(session, ops, hold.entry, job._entry), undo=late)
+    answer = await session.settle(lambda: apply(session, ops, hold.entry, job._entry), undo=late)
     if answer == "done":
         return "done"
     return "not done" if answer == "refused" else "unknown"
@@ -222,39 +222,10 @@ def release_soon(
     ops = release_ops(entry, state, payload, claim)
 
     async def run() -> None:
-        if await _apply(session, ops, claim, entry) == "refused":
+        if await apply(session, ops, claim, entry) == "refused":
             await session.delete(claim)
 
     try:
         session.start_soon(run)
     except ClosedError:
         pass
-
-
-async def _apply(session: Session, ops: list[Op], claim: Entry, job: Entry) -> str:
-    """Run the transaction until its outcome is known: "done", "refused" or "lost".
-
-    After a lost reply, what the store holds tells: the transaction deletes our claim
-    and removes or rewrites the job. The claim gone with the job unchanged means the
-    claim went some other way (our lease expired on the store): not done."""
-    backend = session.backend
-    unknown = False
-    for attempt in _retry.attempts():
-        try:
-            if unknown and await backend.get(claim.key) is None:
-                now = await backend.get(job.key)
-                changed = now is None or now.version != job.version
-                return "done" if changed and not session.lost else "lost"
-            unknown = False
-            return "done" if await backend.transact(ops) is not None else "refused"
-        except SessionExpiredError:
-            # The store says the session is over (ZooKeeper, after a partition longer
-            # than the TTL): the claim went with it, and an earlier attempt whose reply
-            # was lost may have been applied. Its outcome is unknown, never "refused".
-            return "lost"
-        except BackendUnavailable:
-            unknown = True
-            if session.lost:
-                return "lost"
-            await _retry.backoff(attempt)
-    raise AssertionError("unreachable")  # pragma: no cover

@@ -1,0 +1,203 @@
+"""Commit: the transactions that end claims, applied until their outcome is known, and
+a session's acks grouped so that a busy worker pool asks the store for fewer writes.
+
+Each ending of a claim (ack, retry, park, dead letter, release) is one transaction
+guarded by its claim and its job as claimed (:mod:`coord._jobs.endings`). Acks (two
+removals each: the ending of nearly every job, and no payload to carry) are independent
+of each other, so several can be one transaction, which the store applies whole or, if
+any guard fails, not at all. :class:`Committer` does this as a group commit, with no
+timer: an ack that comes while another of the same session is in flight waits for it,
+then goes with every ack that came meanwhile (up to :data:`_MOST` operations), as one
+transaction. Alone, an ack is sent at once, as without grouping. A group the store
+refused tells its members nothing (one guard failed, maybe not theirs): each is then
+sent alone, and its own answer is the truth; a group whose answer was lost is unknown
+to each of its members, as their own transaction would be, and each finds out alone.
+
+Claims are not grouped: a claim is refused far more often than an ack (another client
+took the job first), and a refused group costs each of its members a transaction more.
+Measured on etcd (3,000 jobs, 32 workers over 4 clients): 2.3 transactions a job before,
+1.65 after (8 workers: 2 workers a client seldom ack at once, and nothing changes).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Literal
+
+import anyio
+
+from .._core import retry as _retry
+from .._core.exceptions import BackendUnavailable, SessionExpiredError
+from ..abc import Remove
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .._sessions.session import Session
+    from ..abc import Entry, Op
+
+__all__ = ["Answer", "Committer", "apply", "committer_for"]
+
+Result = tuple["Entry | None", ...] | None
+
+#: What became of a transaction: applied, refused by the store, or unknown because the
+#: session was lost with it.
+Answer = Literal["done", "refused", "lost"]
+
+# A group has at most this many operations (a transaction takes at most
+# coord.abc.Backend.max_ops).
+_MOST = 32
+# Groups of a session in flight at once: an ack waits (and groups) only when this many
+# are. One: two a session gave as many transactions a job as no grouping at 32 workers.
+_IN_FLIGHT = 1
+
+_COMMITTERS: weakref.WeakKeyDictionary[Session, Committer] = weakref.WeakKeyDictionary()
+
+
+def committer_for(session: Session) -> Committer:
+    """The committer of *session* (one per session, made on first use)."""
+    committer = _COMMITTERS.get(session)
+    if committer is None:
+        committer = _COMMITTERS[session] = Committer(session)
+    return committer
+
+
+async def apply(
+    session: Session, ops: list[Op], claim: Entry, job: Entry, *, unknown: bool = False
+) -> Answer:
+    """Run the transaction *ops* until its outcome is known.
+
+    After a lost reply (or with *unknown*: an earlier attempt's outcome is not known),
+    what the store holds tells: the transaction deletes our claim and removes or
+    rewrites the job. The claim gone with the job unchanged means the claim went some
+    other way (our lease expired on the store): not done."""
+    backend = session.backend
+    for attempt in _retry.attempts():
+        try:
+            if unknown and await backend.get(claim.key) is None:
+                now = await backend.get(job.key)
+                changed = now is None or now.version != job.version
+                return "done" if changed and not session.lost else "lost"
+            unknown = False
+            if attempt == 0:
+                result = await committer_for(session).transact(ops)
+            else:
+                result = await backend.transact(ops)
+            return "done" if result is not None else "refused"
+        except SessionExpiredError:
+            # The store says the session is over (ZooKeeper, after a partition longer
+            # than the TTL): the claim went with it, and an earlier attempt whose reply
+            # was lost may have been applied. Its outcome is unknown, never "refused".
+            return "lost"
+        except BackendUnavailable:
+            unknown = True
+            if session.lost:
+                return "lost"
+            await _retry.backoff(attempt)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+class _Member:
+    """One transaction waiting to be sent with a group."""
+
+    __slots__ = ("answered", "error", "ops", "result", "sent", "told", "turn")
+
+    def __init__(self, ops: Sequence[Op]) -> None:
+        self.ops = ops
+        self.answered = anyio.Event()  # its group was sent, and answered or not
+        self.turn: anyio.Event | None = None  # set when a group may be sent
+        self.sent = False  # taken into a group
+        self.told = False  # the group's answer is this one's (result or error)
+        self.result: Result = None
+        self.error: BaseException | None = None
+
+
+class Committer:
+    """Sends the acks of one session, grouped (see the module's docstring)."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._waiting: list[_Member] = []
+        self._in_flight = 0  # groups being sent
+
+    async def transact(self, ops: Sequence[Op]) -> Result:
+        """``backend.transact(ops)``, with others of the session if some are waiting: the
+        entries *ops* wrote, or None if the store refused them. Call it in a task that
+        the session owns (``Session.settle``), which is cancelled only with the session.
+
+        :raises BackendUnavailable: if the answer was lost (the outcome is unknown)
+        :raises SessionExpiredError: if the store no longer knows the session's lease
+        """
+        if len(ops) > _MOST or not all(isinstance(op, Remove) for op in ops):
+            return await self._session.backend.transact(ops)  # not an ack: alone
+        member = _Member(ops)
+        self._waiting.append(member)
+        while not member.sent:
+            if self._in_flight < _IN_FLIGHT:
+                await self._send_group()  # the oldest waiting, this one among them or not
+                continue
+            member.turn = anyio.Event()
+            try:
+                await member.turn.wait()
+            except BaseException:  # cancelled with the session
+                if not member.sent:
+                    self._waiting.remove(member)
+                self._wake_next()
+                raise
+        await member.answered.wait()
+        if not member.told:  # the group was refused: alone, for its own answer
+            return await self._session.backend.transact(ops)
+        if member.error is not None:
+            raise member.error
+        return member.result
+
+    async def _send_group(self) -> None:
+        """Send the oldest transactions waiting, as many as fit, as one; tell each what
+        is known of it; wake the next one waiting to send the next group."""
+        group: list[_Member] = []
+        ops = 0
+        for member in self._waiting:
+            if group and ops + len(member.ops) > _MOST:
+                break
+            group.append(member)
+            member.sent = True
+            ops += len(member.ops)
+        del self._waiting[: len(group)]
+        self._in_flight += 1
+        try:
+            await self._send(group)
+        finally:
+            self._in_flight -= 1
+            for member in group:
+                member.answered.set()
+                if member.turn is not None:  # it waits for a turn it no longer needs
+                    member.turn.set()
+            self._wake_next()
+
+    def _wake_next(self) -> None:
+        """Wake as many of the oldest waiting as groups may now be sent."""
+        for member in self._waiting[: _IN_FLIGHT - self._in_flight]:
+            if member.turn is not None:
+                member.turn.set()
+
+    async def _send(self, group: list[_Member]) -> None:
+        try:
+            result = await self._session.backend.transact(
+                [op for member in group for op in member.ops]
+            )
+        except (BackendUnavailable, SessionExpiredError) as exc:
+            for member in group:  # unknown, or the session is over: for each alike
+                member.told, member.error = True, exc
+            return
+        except Exception as exc:
+            if len(group) == 1:
+                group[0].told, group[0].error = True, exc
+            return  # (refused as a whole for its size, say): each is sent alone
+        if result is None and len(group) > 1:
+            return  # some guard failed, so none was applied: each is sent alone
+        at = 0
+        for member in group:
+            member.told = True
+            if result is not None:
+                member.result = result[at : at + len(member.ops)]
+            at += len(member.ops)

@@ -1,0 +1,141 @@
+"""Acks of one client that come while another is in flight go to the store as one
+transaction (coord._jobs.commit), and each worker is still told its own ack's outcome:
+done, refused ("not done"), or, after a lost answer, what the store holds."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import pytest
+
+import coord
+from coord.abc import Remove, Update
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+pytestmark = pytest.mark.anyio
+
+WORKERS = 6
+
+
+class Recorder:
+    """Wraps a backend's transact: records each transaction's operations, and can lose
+    the answer of the first transaction of more than one ack (applied, then raises)."""
+
+    def __init__(self, backend: Any, *, lose_group_answer: bool = False) -> None:
+        self.calls: list[Sequence[object]] = []
+        self._transact = backend.transact
+        self._lose = lose_group_answer
+        backend.transact = self
+
+    async def __call__(self, ops: Sequence[object]) -> Any:
+        self.calls.append(ops)
+        result = await self._transact(ops)
+        if self._lose and _acks(ops) > 1:
+            self._lose = False
+            raise coord.BackendUnavailable("the answer was lost (test)")
+        return result
+
+    def groups(self) -> list[int]:
+        return [_acks(ops) for ops in self.calls if _acks(ops) > 1]
+
+
+def _acks(ops: Sequence[object]) -> int:
+    return len(ops) // 2 if all(isinstance(op, Remove) for op in ops) else 0
+
+
+async def _ack_at_once(
+    client: coord.Client, name: str, before_acks: Any = None
+) -> dict[str, BaseException | None]:
+    """WORKERS workers of *client* claim a job each, then all leave their blocks at once:
+    the job id -> None (acked) or the error of the block."""
+    queue = client.queue(name)
+    claimed = 0
+    all_claimed, leave = anyio.Event(), anyio.Event()
+    outcomes: dict[str, BaseException | None] = {}
+
+    async def worker() -> None:
+        nonlocal claimed
+        job_id = ""
+        try:
+            async with queue.claim() as job:
+                job_id = job.id
+                claimed += 1
+                if claimed == WORKERS:
+                    all_claimed.set()
+                await leave.wait()
+        except coord.ClaimLost as exc:
+            outcomes[job_id] = exc
+        else:
+            outcomes[job_id] = None
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            for _ in range(WORKERS):
+                tg.start_soon(worker)
+            await all_claimed.wait()
+            if before_acks is not None:
+                await before_acks()
+            leave.set()
+    return outcomes
+
+
+async def _put(client: coord.Client, name: str) -> list[str]:
+    queue = client.queue(name)
+    return [(await queue.put(f"job {n}".encode())).id for n in range(WORKERS)]
+
+
+async def _jobs_left(client: coord.Client, name: str) -> list[coord.abc.Entry]:
+    return list((await client.backend.entries(f"{name}/_jobs/")).entries)
+
+
+async def test_acks_at_once_go_together_and_are_done(clients: list[coord.Client]) -> None:
+    a = clients[0]
+    ids = await _put(a, "grouped")
+    recorder = Recorder(a.backend)
+    outcomes = await _ack_at_once(a, "grouped")
+    assert outcomes == dict.fromkeys(ids)
+    assert recorder.groups(), "no two acks went in one transaction"
+    assert sum(_acks(ops) for ops in recorder.calls) == WORKERS  # each ack sent once
+    assert await _jobs_left(a, "grouped") == []
+    assert (await a.queue("grouped").stats()).in_flight == 0
+
+
+async def test_a_refused_ack_in_a_group_is_told_only_to_its_worker(
+    clients: list[coord.Client],
+) -> None:
+    """One job is changed behind its worker's back (its version moves on), so its ack is
+    refused, and with it the group it went in: the others are sent again alone and are
+    done; only that worker hears "not done"."""
+    a, b = clients[0], clients[1]
+    await _put(a, "refused")
+    recorder = Recorder(a.backend)
+    changed: list[str] = []
+
+    async def change_one() -> None:
+        entry = (await _jobs_left(b, "refused"))[-1]
+        assert await b.backend.transact([Update(entry, entry.value)]) is not None
+        changed.append(entry.key)
+
+    outcomes = await _ack_at_once(a, "refused", change_one)
+    refused = {i: e for i, e in outcomes.items() if e is not None}
+    assert len(refused) == 1, outcomes
+    [error] = refused.values()
+    assert isinstance(error, coord.ClaimLost)
+    assert error.outcome == "not done"
+    assert recorder.groups(), "no two acks went in one transaction"
+    assert [e.key for e in await _jobs_left(a, "refused")] == changed
+
+
+async def test_a_group_whose_answer_was_lost_is_found_done(clients: list[coord.Client]) -> None:
+    """The store applied a group of acks and its answer was lost: each worker reads what
+    the store holds and is told "done" (not "not done", which a resend would say)."""
+    a = clients[0]
+    ids = await _put(a, "lost")
+    recorder = Recorder(a.backend, lose_group_answer=True)
+    outcomes = await _ack_at_once(a, "lost")
+    assert outcomes == dict.fromkeys(ids)
+    assert recorder.groups()
+    assert await _jobs_left(a, "lost") == []
