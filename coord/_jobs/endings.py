@@ -90,6 +90,8 @@ async def end_claim(
     if outcome != "done":
         hold._frozen = True
         raise _not_done(job, what, outcome)
+    if exc is None and job._acked is not None:
+        job._acked()
 
 
 async def _end(session: Session, ops: list[Op], hold: Hold, job: Job, what: str) -> Outcome:

@@ -35,6 +35,7 @@ waiting worker, or is given back (no attempt counted).
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import json
 import logging
@@ -44,6 +45,7 @@ import uuid
 import weakref
 import zlib
 from collections import deque
+from functools import partial
 from typing import TYPE_CHECKING
 
 import anyio
@@ -64,6 +66,8 @@ from .endings import lost_attempt, release_soon
 from .records import Job
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     from .._locks.hold import Hold
     from .._sessions.session import Session, SessionSource
     from ..abc import Backend, Entry, Listing
@@ -150,6 +154,9 @@ class Looker:
         self._stock: list[_claiming.Pick] = []  # claimable when last read, oldest first
         self._stock_session: Session | None = None
         self._stock_until = 0.0  # the stock is read again after then (monotonic)
+        # Per job of the last read that has a key: the next job of that key read (see
+        # _acked), by the store key of the job before it.
+        self._after: dict[str, tuple[Entry, int]] = {}
         # See _decode: (creation revision, version) -> header and payload, per key.
         self._decoded: dict[str, tuple[tuple[int, int], _records.State, bytes]] = {}
         #: Read every outstanding job at each look, to claim the highest priorities
@@ -256,6 +263,7 @@ class Looker:
                 await self._wait_idle(backend, jobs, claims, wake_at)
                 return
             self._stock, self._stock_session = self._stocked(self._share(picks)), session
+            self._after = {} if self.priorities else _successors(jobs.entries, self._decode)
             self._stock_until = time.monotonic() + _STOCK_FOR
         self._conflicts = 0
         picks = self._take(len(self._waiters))
@@ -301,6 +309,25 @@ class Looker:
                 break
             kept += 1
         return picks[:kept]
+
+    def _acked(self, session: Session, key: str) -> None:
+        """The job stored at *key*, claimed by this looker, was acked: the next job of
+        its ordering key, if the last read saw it, is claimable now (unless it is
+        parked, claimed, backing off or in another looker's lane). Into the stock, in
+        its place by age, so that a key's jobs go on without a read of the head of the
+        queue each (on etcd that costs the store the whole queue). Not a checkpoint."""
+        after = self._after.pop(key, None)
+        if (
+            after is None
+            or session is not self._stock_session
+            or time.monotonic() >= self._stock_until
+            or self.priorities
+        ):
+            return
+        picks, _ = _claiming.choose_many([after[0]], None, time.time(), 1, self._decode)
+        if picks and self._share(picks) == picks:
+            picks[0].order = after[1]  # its place in the read: among the stock by age
+            bisect.insort(self._stock, picks[0], key=_claiming.rank)
 
     def _seen_lookers(self, claims: Listing) -> None:
         """Note the lookers that hold claims now (their token is in the claim's value);
@@ -446,7 +473,9 @@ class Looker:
         if hold.lost:
             _abandon(hold, entry, pick)
             return None
-        return Job(hold, entry, pick.state.with_(claim=None), pick.payload)
+        job = Job(hold, entry, pick.state.with_(claim=None), pick.payload)
+        job._acked = partial(self._acked, session, pick.entry.key)
+        return job
 
     def _pass_on(self, job: Job, retry: RetryPolicy) -> None:
         """A job claimed for a worker that stopped waiting: to the next one, or back."""
@@ -482,9 +511,31 @@ class Looker:
             await self._idle.release()
 
 
+def _successors(
+    jobs: Sequence[Entry], decode: Callable[[Entry], tuple[_records.State, bytes]]
+) -> dict[str, tuple[Entry, int]]:
+    """For each of *jobs* (oldest first) that has an ordering key, the next of them with
+    that key and its place among *jobs*, by the store key of the one before."""
+    last: dict[str, str] = {}
+    after: dict[str, tuple[Entry, int]] = {}
+    for order, entry in enumerate(jobs):
+        key = decode(entry)[0].key
+        if key is not None:
+            if key in last:
+                after[last[key]] = entry, order
+            last[key] = entry.key
+    return after
+
+
 def _lane(pick: _claiming.Pick, lanes: int) -> int:
+    """A job's lane: a hash of its ordering key, so that one looker takes every job of a
+    key while lookers contend (a key's next job is claimable only after its ack, and it
+    is that looker that learns of the ack first: see Looker._acked); of its store key
+    for a job without one."""
     assert pick.entry is not None
-    return zlib.crc32(pick.entry.key.encode()) % lanes
+    assert pick.state is not None
+    key = pick.state.key if pick.state.key is not None else pick.entry.key
+    return zlib.crc32(key.encode()) % lanes
 
 
 def _abandon(hold: Hold, entry: Entry, pick: _claiming.Pick) -> None:

@@ -25,6 +25,8 @@ from .._core.exceptions import ConfigurationError
 from .._core.keys import waiter_id_of
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .._locks.hold import Hold
     from ..abc import Entry
 
@@ -311,6 +313,8 @@ class Job:
         self._entry = entry
         self._state = state
         self._deferred = False
+        #: Called once its ack is done (the claiming looker learns its key is free).
+        self._acked: Callable[[], None] | None = None
 
     def defer(self) -> None:
         """Give the job back when the block exits, as it was: not acked, no attempt

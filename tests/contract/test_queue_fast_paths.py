@@ -1,6 +1,8 @@
-"""Acks of one client that come while another is in flight go to the store as one
-transaction (coord._jobs.commit), and each worker is still told its own ack's outcome:
-done, refused ("not done"), or, after a lost answer, what the store holds."""
+"""The queue's fast paths keep its promises. Acks of one client that come while another
+is in flight go to the store as one transaction (coord._jobs.commit), and each worker is
+still told its own ack's outcome: done, refused ("not done"), or, after a lost answer,
+what the store holds. A key's next job, once its ack is done, is claimed from the
+looker's stock without a read (coord._jobs.looker)."""
 
 from __future__ import annotations
 
@@ -139,3 +141,30 @@ async def test_a_group_whose_answer_was_lost_is_found_done(clients: list[coord.C
     assert outcomes == dict.fromkeys(ids)
     assert recorder.groups()
     assert await _jobs_left(a, "lost") == []
+
+
+async def test_a_keys_next_job_is_claimed_after_its_ack_without_a_read(
+    clients: list[coord.Client],
+) -> None:
+    """The looker that claimed a key's job learns of its ack: the key's next job (seen
+    in its last read) goes into its stock, and the next claim reads nothing (on etcd a
+    read of the head of the queue costs the store the whole queue)."""
+    a = clients[0]
+    queue = a.queue("successor")
+    first = await queue.put(b"a1", key="a")
+    second = await queue.put(b"a2", key="a")
+    reads: list[str] = []
+    entries = a.backend.entries
+
+    async def counted(prefix: str, **options: Any) -> Any:
+        reads.append(prefix)
+        return await entries(prefix, **options)
+
+    a.backend.entries = counted  # type: ignore[method-assign]
+    with anyio.fail_after(10):
+        async with queue.claim() as job:
+            assert job.id == first.id
+        read_before = len(reads)
+        async with queue.claim() as job:
+            assert job.id == second.id
+    assert reads[read_before:] == [], "the key's next job was read for"
