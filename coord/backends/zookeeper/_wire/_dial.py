@@ -20,9 +20,10 @@ from ._errors import ProtocolError
 from ._framing import FrameBuffer, decode_connect, encode_connect
 
 if TYPE_CHECKING:
+    import ssl
     from collections.abc import Callable, Sequence
 
-    from anyio.abc import SocketStream
+    from anyio.abc import ByteStream
 
 __all__ = ["MAX_BACKOFF", "Dialer", "Opened", "open_connection"]
 
@@ -35,18 +36,29 @@ _FAILURES = (OSError, TimeoutError, ProtocolError, anyio.EndOfStream, anyio.Brok
 
 #: An open connection: the stream, its frame buffer, any frame read after the
 #: ConnectResponse, and the ConnectResponse (kazoo's ``Connect``).
-Opened = tuple["SocketStream", FrameBuffer, list[bytes], Any]
+Opened = tuple["ByteStream", FrameBuffer, list[bytes], Any]
 
 
-async def open_connection(host: str, port: int, connect: Any) -> Opened:
-    """Connect to *host*, send the ConnectRequest *connect* and read the answer.
+async def open_connection(
+    host: str, port: int, connect: Any, ssl_context: ssl.SSLContext | None = None
+) -> Opened:
+    """Connect to *host* (over TLS with *ssl_context*), send the ConnectRequest
+    *connect* and read the answer.
 
     Not bounded in time: the caller bounds the attempt.
 
-    :raises OSError: the connection failed
+    :raises OSError: the connection (or the TLS handshake: ``ssl.SSLError``) failed
     :raises ProtocolError: the answer is not a ConnectResponse
     """
-    stream = await anyio.connect_tcp(host, port)
+    stream: ByteStream
+    if ssl_context is None:
+        stream = await anyio.connect_tcp(host, port)
+    else:
+        # Not "standard compatible": a server that closes without TLS's goodbye
+        # (close_notify) ends the stream, as a plain close does.
+        stream = await anyio.connect_tcp(
+            host, port, ssl_context=ssl_context, tls_standard_compatible=False
+        )
     try:
         await stream.send(encode_connect(connect))
         buffer = FrameBuffer()
@@ -70,10 +82,13 @@ class Dialer:
         is logged at DEBUG only (the caller says what an outage means)
     """
 
-    def __init__(self, hosts: Sequence[tuple[str, int]]) -> None:
+    def __init__(
+        self, hosts: Sequence[tuple[str, int]], *, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
         if not hosts:
             raise ValueError("no ZooKeeper host given")
         self.hosts = list(hosts)
+        self._ssl_context = ssl_context
         self._next = random.randrange(len(self.hosts))
         self._backoff = _FIRST_BACKOFF
         self.failure: BaseException | None = None
@@ -116,7 +131,7 @@ class Dialer:
     async def _attempt(self, host: str, port: int, connect: Any, attempt: float) -> Opened | None:
         try:
             with anyio.fail_after(attempt):
-                return await open_connection(host, port, connect)
+                return await open_connection(host, port, connect, self._ssl_context)
         except _FAILURES as exc:
             self._failed(host, port, exc)
             return None

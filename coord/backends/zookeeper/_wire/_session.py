@@ -42,6 +42,7 @@ from ._errors import ProtocolError
 from ._records import set_watches_batches
 
 if TYPE_CHECKING:
+    import ssl
     from collections.abc import Callable, Sequence
 
     from anyio.abc import TaskStatus
@@ -82,6 +83,7 @@ class Session:
     :param session_timeout: the timeout asked for (seconds); the server may clamp it
     :param connect_timeout: how long :meth:`run` may take to open the session
     :param resume: ``(session_id, password)`` of a session to take over
+    :param ssl_context: connect over TLS with it
     """
 
     def __init__(
@@ -94,8 +96,9 @@ class Session:
         auth: Sequence[tuple[str, str]] = (),
         read_only: bool = False,
         resume: tuple[int, bytes] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        self._dialer = Dialer(hosts)
+        self._dialer = Dialer(hosts, ssl_context=ssl_context)
         self.watches = watches
         self.requested_timeout = session_timeout
         self.negotiated_timeout = session_timeout
