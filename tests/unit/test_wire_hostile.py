@@ -190,7 +190,7 @@ def _granting(timeout_ms: int, *, session_id: int = 0x1234) -> Step:
     return step
 
 
-@pytest.mark.parametrize("timeout_ms", [0, -1, -(2**31), 1])
+@pytest.mark.parametrize("timeout_ms", [0, -(2**31), 1])
 async def test_a_new_session_granted_no_usable_timeout_is_not_opened(
     tasks: anyio.abc.TaskGroup, bystander: WireClient, timeout_ms: int
 ) -> None:
@@ -201,7 +201,7 @@ async def test_a_new_session_granted_no_usable_timeout_is_not_opened(
     hosts = [("127.0.0.1", server.port)]
     began = anyio.current_time()
     with anyio.fail_after(5), pytest.raises(kz.ConnectionLoss, match="session timeout of"):
-        async with WireClient(hosts, connect_timeout=0.5):
+        async with WireClient(hosts, connect_timeout=0.3):
             pass
     assert anyio.current_time() - began < 1.5
     assert 2 <= server.connections <= 8  # tried again, with a backoff
@@ -240,11 +240,10 @@ async def test_a_server_that_breaks_every_session_at_once_is_not_hammered(
             await peer.frame()
 
     server = await start(tasks, garbage)
-    with anyio.move_on_after(1.5):
-        async with WireClient([("127.0.0.1", server.port)], session_timeout=TIMEOUT) as zk:
+    with anyio.move_on_after(1):
+        async with WireClient([("127.0.0.1", server.port)], session_timeout=TIMEOUT):
             await anyio.sleep_forever()
-    del zk
-    assert 3 <= server.connections <= 12
+    assert 3 <= server.connections <= 10
 
 
 async def test_the_backend_raises_backend_unavailable(tasks: anyio.abc.TaskGroup) -> None:
