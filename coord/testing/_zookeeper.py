@@ -68,6 +68,15 @@ class Quorum:
         ]
 
 
+def _accepts(host: str, port: int) -> bool:
+    """Whether a TCP connection to *host*:*port* is accepted now."""
+    try:
+        socket.create_connection((host, port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
 def four_letter_word(host: str, port: int, command: str, *, timeout: float = 2.0) -> str:
     """Send a four-letter word (``mntr``, ``srvr``, ``cons``...) and return the answer."""
     with socket.create_connection((host, port), timeout=timeout) as sock:
@@ -220,7 +229,10 @@ class ZooKeeperServer(_Process):
         ]
 
     def _ready(self) -> bool:
-        return self.state() in ("standalone", "leader", "follower")
+        if self.state() not in ("standalone", "leader", "follower"):
+            return False
+        # The TLS port is bound after the plain one, which may answer mntr first.
+        return self.tls is None or _accepts("127.0.0.1", self.secure_port)
 
     def state(self) -> str | None:
         """``zk_server_state`` from ``mntr`` (standalone, leader, follower), or None if
