@@ -208,6 +208,13 @@ async def _check(member: _Member, protocol: WireProtocol, tls: ssl.SSLContext | 
                 "leave out the TLS options)"
             )
         return False
+    return await _judge(member, protocol, answer, tls)
+
+
+async def _judge(
+    member: _Member, protocol: WireProtocol, answer: bytes, tls: ssl.SSLContext | None
+) -> bool:
+    """Whether *answer* is in *protocol*; else ``member.problem`` names what answered."""
     if protocol.recognise(answer):
         return True
     what = f"it answered {answer[:24]!r}" if answer else "it closed the connection unanswered"
