@@ -241,7 +241,8 @@ class _Process:
 
 @dataclass(frozen=True)
 class ServerTLS:
-    """PEM files for an etcd server with TLS on its client port.
+    """PEM files for a server with TLS on its client port: an :class:`EtcdServer`, or a
+    :class:`~coord.testing.ZooKeeperServer` (on its ``secureClientPort``).
 
     :ivar ca_file: the CA that signed the server (and client) certificates
     :ivar cert_file: the server's certificate

@@ -11,7 +11,11 @@ generated ``zoo.cfg`` on a free loopback port, in a temporary directory:
   durability across power loss, and fsync makes every write cost milliseconds;
   ``force_sync=True`` for benchmarks, as production runs it);
 * containers checked every second instead of every minute, so that tests see empty
-  lock parents removed.
+  lock parents removed;
+* with ``tls=``, a ``secureClientPort`` too (Netty's connection factory, the PEM files
+  given as its key and trust stores), with client certificates required if the
+  :class:`ServerTLS` says so. The plain ``clientPort`` stays (the four-letter words
+  the harness reads go there).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._servers import ServerNotFound, _Cluster, _Process, free_port
+from ._servers import ServerNotFound, ServerTLS, _Cluster, _Process, free_port
 
 __all__ = ["Quorum", "ZooKeeperEnsemble", "ZooKeeperServer"]
 
@@ -32,6 +36,9 @@ _DEFAULT_JARS = ("/usr/share/java/zookeeper.jar", "/usr/share/zookeeper/zookeepe
 # slf4j's simple binding logs to stderr (our log file); without a binding ZooKeeper is
 # silent, and a failed test would have no server log to show.
 _LOG_BINDINGS = ("/usr/share/java/slf4j-simple.jar",)
+# Netty's TLS handler needs netty-codec, which Debian's zookeeper.jar manifest leaves
+# out of its class path (the server fails every TLS connection without it).
+_NETTY_CODEC = ("/usr/share/java/netty-codec.jar",)
 
 
 def _find_jar() -> str | None:
@@ -59,6 +66,15 @@ class Quorum:
             f"server.{i}=127.0.0.1:{peer}:{election}"
             for i, (peer, election) in sorted(self.ports.items())
         ]
+
+
+def _accepts(host: str, port: int) -> bool:
+    """Whether a TCP connection to *host*:*port* is accepted now."""
+    try:
+        socket.create_connection((host, port), timeout=1).close()
+    except OSError:
+        return False
+    return True
 
 
 def four_letter_word(host: str, port: int, command: str, *, timeout: float = 2.0) -> str:
@@ -89,6 +105,7 @@ class ZooKeeperServer(_Process):
         *max_session_timeout_ms* long
     :param force_sync: fsync the transaction log before each write is acknowledged, as
         production ensembles do (``forceSync=yes``); off by default, for tests
+    :param tls: also serve TLS, on :attr:`secure_port`, with these PEM files
     :raises ServerNotFound: if Java or ZooKeeper is not installed
     """
 
@@ -105,6 +122,7 @@ class ZooKeeperServer(_Process):
         container_check_ms: int = 1_000,
         quorum: Quorum | None = None,
         force_sync: bool = False,
+        tls: ServerTLS | None = None,
     ) -> None:
         found_java = java or os.environ.get("COORD_ZOOKEEPER_JAVA") or shutil.which("java")
         found_jar = jar or _find_jar()
@@ -123,6 +141,9 @@ class ZooKeeperServer(_Process):
         self.container_check_ms = container_check_ms
         self.quorum = quorum
         self.force_sync = force_sync
+        self.tls = tls
+        #: The TLS port (0 without ``tls``).
+        self.secure_port: int = free_port() if tls is not None else 0
 
     @property
     def endpoint(self) -> str:
@@ -132,6 +153,11 @@ class ZooKeeperServer(_Process):
     def url(self) -> str:
         """``zk://127.0.0.1:<port>``; append ``/chroot`` to isolate a test."""
         return f"zk://{self.endpoint}"
+
+    @property
+    def tls_endpoint(self) -> str:
+        """``127.0.0.1:<secure port>`` (with ``tls``)."""
+        return f"127.0.0.1:{self.secure_port}"
 
     def _config(self) -> Path:
         path = self.directory / "zoo.cfg"
@@ -150,6 +176,7 @@ class ZooKeeperServer(_Process):
                     f"forceSync={'yes' if self.force_sync else 'no'}",
                     "preAllocSize=1024",
                     *(self.quorum.config() if self.quorum else []),
+                    *self._tls_config(),
                     "",
                 ]
             )
@@ -159,8 +186,28 @@ class ZooKeeperServer(_Process):
             (self.directory / "data" / "myid").write_text(f"{self.quorum.myid}\n")
         return path
 
+    def _tls_config(self) -> list[str]:
+        if self.tls is None:
+            return []
+        # ZooKeeper reads a PEM key store as the certificate and its key in one file.
+        keystore = self.directory / "keystore.pem"
+        keystore.write_text(
+            Path(self.tls.cert_file).read_text() + Path(self.tls.key_file).read_text()
+        )
+        return [
+            f"secureClientPort={self.secure_port}",
+            "secureClientPortAddress=127.0.0.1",
+            "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
+            f"ssl.keyStore.location={keystore}",
+            "ssl.keyStore.type=PEM",
+            f"ssl.trustStore.location={self.tls.ca_file}",
+            "ssl.trustStore.type=PEM",
+            f"ssl.clientAuth={'need' if self.tls.client_cert_auth else 'none'}",
+        ]
+
     def _command(self) -> list[str]:
-        classpath = [self.jar, *(jar for jar in _LOG_BINDINGS if Path(jar).exists())]
+        jars = (*_LOG_BINDINGS, *(_NETTY_CODEC if self.tls else ()))
+        classpath = [self.jar, *(jar for jar in jars if Path(jar).exists())]
         return [
             self.java,
             # A small, quickly started JVM: the server's start-up is what tests wait for.
@@ -182,7 +229,10 @@ class ZooKeeperServer(_Process):
         ]
 
     def _ready(self) -> bool:
-        return self.state() in ("standalone", "leader", "follower")
+        if self.state() not in ("standalone", "leader", "follower"):
+            return False
+        # The TLS port is bound after the plain one, which may answer mntr first.
+        return self.tls is None or _accepts("127.0.0.1", self.secure_port)
 
     def state(self) -> str | None:
         """``zk_server_state`` from ``mntr`` (standalone, leader, follower), or None if

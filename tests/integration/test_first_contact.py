@@ -102,13 +102,14 @@ async def test_a_client_outlives_an_outage_longer_than_its_connect_timeout(
 
 @pytest.mark.etcd
 async def test_tls_to_a_plain_etcd_fails_at_once(etcd_server: EtcdServer) -> None:
-    # (TLS to an etcd that speaks it: tests/integration/etcd/test_security.py.)
+    # (TLS to an etcd that speaks it: tests/integration/etcd/test_security.py; both ways
+    # on ZooKeeper: tests/integration/zookeeper/test_tls.py.)
     started = anyio.current_time()
     with pytest.raises(coord.BackendUnavailable) as info:
         async with coord.connect(etcd_server.url, tls=True, connect_timeout=10):
             pass
     assert anyio.current_time() - started < 2
     assert str(info.value) == (
-        f"cannot connect to etcd: {etcd_server.endpoint}: the connection was closed during "
-        "the TLS handshake"
+        f"cannot connect to etcd: {etcd_server.endpoint} does not speak TLS (it speaks "
+        "etcd's protocol (gRPC over HTTP/2) in plain text: leave out the TLS options)"
     )

@@ -17,7 +17,11 @@ bytes of the store's protocol and reads the first answer:
 * a member silent for a moment: the other openings are tried on it meanwhile, and one
   that is answered (a Kafka broker, which waits for the rest of what it reads as a long
   request) fails the contact at once, naming that server;
-* a member that accepts and never answers: the error says so once the timeout passed.
+* a member that accepts and never answers: the error says so once the timeout passed;
+* TLS: a failed handshake is named with the option that may be wrong (``ca_file``, a
+  client certificate), and a member whose TLS handshake fails but that speaks the
+  store's protocol in plain text, or that closes on a plain opening but answers a TLS
+  handshake, is named as such (one option away from working).
 
 The openings cost a server nothing: no session, no request. ZooKeeper's is its ``isro``
 four-letter word (ZooKeeper's own clients send it to find a read-write server), followed
@@ -119,12 +123,16 @@ class _Member:
         return _endpoint(self.host, self.port)
 
 
+class _TLSFailed(OSError):
+    """The TLS handshake failed, or the server ended the connection with a TLS alert."""
+
+
 async def _exchange(
     member: _Member, protocol: WireProtocol, tls: ssl.SSLContext | None = None
 ) -> bytes:
     """Send *protocol*'s opening to *member*; its answer (b"" if it closed without one).
 
-    :raises OSError: if the connection (or the TLS handshake) fails
+    :raises OSError: if the connection fails (:class:`_TLSFailed`: its TLS)
     """
     try:
         if tls is None:
@@ -134,9 +142,9 @@ async def _exchange(
                 member.host, member.port, ssl_context=tls, tls_standard_compatible=False
             )
     except ssl.SSLError as exc:
-        raise OSError(f"TLS handshake failed ({exc.reason or exc})") from exc
+        raise _TLSFailed(_tls_failure(exc)) from exc
     except (anyio.EndOfStream, anyio.BrokenResourceError) as exc:
-        raise OSError("the connection was closed during the TLS handshake") from exc
+        raise _TLSFailed("the connection was closed during the TLS handshake") from exc
     member.accepted = True
     answer = b""
     async with stream:
@@ -144,22 +152,41 @@ async def _exchange(
             await stream.send(protocol.hello)
             while len(answer) < (protocol.need or _MAX_ANSWER):
                 answer += await stream.receive()
+        except ssl.SSLError as exc:  # an alert after the handshake (TLS 1.3)
+            raise _TLSFailed(_tls_failure(exc)) from exc
         except (anyio.EndOfStream, anyio.BrokenResourceError):
             pass  # closed (or reset) by the server: judge what came before
     return answer
 
 
+def _tls_failure(exc: ssl.SSLError) -> str:
+    """What a TLS error says to the user, with the option that may be wrong."""
+    reason = exc.reason or type(exc).__name__
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return (
+            f"the server's certificate was not verified ({exc.verify_message}; "
+            "is ca_file the CA that signed it?)"
+        )
+    if "ALERT" in reason:
+        hint = ": does it want a client certificate it trusts (cert_file=, key_file=)?"
+        return f"the server refused the TLS connection ({reason})" + (
+            hint if "CERTIFICATE" in reason else ""
+        )
+    return f"TLS handshake failed ({reason})"
+
+
 async def _check(member: _Member, protocol: WireProtocol, tls: ssl.SSLContext | None) -> bool:
     """Whether *member* speaks *protocol*; else ``member.problem`` says why not."""
     answer: bytes | None = None
+    failure: OSError | None = None
     async with anyio.create_task_group() as tg:
 
         async def talk() -> None:
-            nonlocal answer
+            nonlocal answer, failure
             try:
                 answer = await _exchange(member, protocol, tls)
             except OSError as exc:
-                member.problem = f"{member}: {_reason(exc)}"
+                member.problem, failure = f"{member}: {_reason(exc)}", exc
             tg.cancel_scope.cancel()
 
         async def meanwhile() -> None:
@@ -175,7 +202,19 @@ async def _check(member: _Member, protocol: WireProtocol, tls: ssl.SSLContext | 
         tg.start_soon(talk)
         tg.start_soon(meanwhile)
     if answer is None:
+        if isinstance(failure, _TLSFailed) and await _speaks_plain(member, protocol):
+            member.problem = (
+                f"{member} does not speak TLS (it speaks {protocol.name} in plain text: "
+                "leave out the TLS options)"
+            )
         return False
+    return await _judge(member, protocol, answer, tls)
+
+
+async def _judge(
+    member: _Member, protocol: WireProtocol, answer: bytes, tls: ssl.SSLContext | None
+) -> bool:
+    """Whether *answer* is in *protocol*; else ``member.problem`` names what answered."""
     if protocol.recognise(answer):
         return True
     what = f"it answered {answer[:24]!r}" if answer else "it closed the connection unanswered"
@@ -183,6 +222,42 @@ async def _check(member: _Member, protocol: WireProtocol, tls: ssl.SSLContext | 
     found = await _identify(member, protocol)
     if found is not None:
         member.problem = _speaks_other(member, protocol, found)
+    elif tls is None and await _speaks_tls(member):
+        member.problem = (
+            f"{member} does not speak {protocol.name} in plain text (it expects TLS: "
+            "give ca_file=, or tls=True)"
+        )
+    return False
+
+
+async def _speaks_plain(member: _Member, protocol: WireProtocol) -> bool:
+    """Whether *member*, whose TLS handshake failed, answers *protocol* in plain text."""
+    with anyio.move_on_after(_IDENTIFY_TIMEOUT):
+        try:
+            return protocol.recognise(await _exchange(_Member(member.host, member.port), protocol))
+        except OSError:
+            pass
+    return False
+
+
+async def _speaks_tls(member: _Member) -> bool:
+    """Whether *member* answers a TLS handshake: completes it, or refuses it with an
+    alert (a server that wants a client certificate); a plain server closes, or
+    answers what is no TLS record."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    with anyio.move_on_after(_IDENTIFY_TIMEOUT):
+        try:
+            stream = await anyio.connect_tcp(
+                member.host, member.port, ssl_context=context, tls_standard_compatible=False
+            )
+        except ssl.SSLError as exc:
+            return "ALERT" in (exc.reason or "")
+        except (OSError, anyio.EndOfStream, anyio.BrokenResourceError):
+            return False
+        await stream.aclose()
+        return True
     return False
 
 

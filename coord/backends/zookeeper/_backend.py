@@ -14,6 +14,7 @@ from ..._core.exceptions import ClosedError, ConfigurationError, SessionExpiredE
 from ..._core.url import format_url
 from ...abc import Backend, Change, Entry, Lease, Listing, Position
 from .._common.limits import check_ops, check_value
+from .._common.tls import tls_files
 from ._changes import ChildChanges
 from ._connection import Connection
 from ._faults import FaultHooks
@@ -43,6 +44,7 @@ class ZooKeeperBackend(FaultHooks, Backend):
     :func:`coord.connect`::
 
         coord.connect("zk://app:secret@10.0.0.1:2181,10.0.0.2:2181/myapp", ttl=10)
+        coord.connect("zk://10.0.0.1:2281/myapp", ca_file="ca.pem")  # over TLS
 
     The lease is the ZooKeeper session: one per backend, its timeout is the ``ttl``
     (at most about 24 days: ZooKeeper counts it in 32-bit milliseconds; the server may
@@ -63,6 +65,11 @@ class ZooKeeperBackend(FaultHooks, Backend):
     :param connect_timeout: how long opening the backend, and each new session, waits
         for a first answer from a member (reconnections within a session are bounded by
         the session timeout instead)
+    :param ca_file: CA bundle (PEM) to verify the servers; enables TLS (the members'
+        ``secureClientPort``)
+    :param cert_file: client certificate (PEM) for mutual TLS, with *key_file*
+    :param key_file: the client certificate's private key (PEM)
+    :param tls: use TLS with the system's CA roots when no file is given
     """
 
     #: ZooKeeper sends the session timeout as a signed 32-bit number of milliseconds.
@@ -80,10 +87,18 @@ class ZooKeeperBackend(FaultHooks, Backend):
         acl: Sequence[Any] | None = None,
         suspended_is_lost: bool = True,
         connect_timeout: float = 10.0,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
+        tls: bool = False,
     ) -> None:
         self._hosts = check_hosts(hosts)
         self._options = Options.check(
-            auth=auth, acl=acl, suspended_is_lost=suspended_is_lost, connect_timeout=connect_timeout
+            auth=auth,
+            acl=acl,
+            suspended_is_lost=suspended_is_lost,
+            connect_timeout=connect_timeout,
+            tls=tls_files(tls=tls, ca_file=ca_file, cert_file=cert_file, key_file=key_file),
         )
         self._paths = Paths(namespace)
         self._sizes = RequestSizes(self._paths, self._options.acl, self.max_request_size)
@@ -100,6 +115,7 @@ class ZooKeeperBackend(FaultHooks, Backend):
             auth_data=self._options.auth_data,
             acl=self._options.acl,
             connect_timeout=self._options.connect_timeout,
+            tls=self._options.tls,
             on_state=self._client_state,
             url=self._url,
         )

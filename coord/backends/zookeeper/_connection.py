@@ -36,11 +36,13 @@ from ._errors import ANSWERS, translate
 from ._wire import State, WireClient
 
 if TYPE_CHECKING:
+    import ssl
     from collections.abc import Awaitable, Callable, Sequence
 
     from anyio.abc import TaskStatus
 
     from ..._core.background import BackgroundTasks
+    from .._common.tls import TLSFiles
 
 __all__ = ["Connection"]
 
@@ -54,6 +56,7 @@ class Connection:
     :param auth_data: ``(scheme, credential)`` pairs, sent on every (re)connect
     :param acl: the ACL of every node this connection creates
     :param connect_timeout: how long :meth:`open` waits for a first connection
+    :param tls: the TLS files, or None for plain text
     :param on_state: called as ``on_state(client, state)`` for every state change of a
         client (CONNECTED / SUSPENDED / LOST / CLOSED), from the client's task
     :param url: the store's URL without secrets, for the log
@@ -68,6 +71,7 @@ class Connection:
         connect_timeout: float,
         on_state: Callable[[WireClient, State], None],
         url: str = "zk://",
+        tls: TLSFiles | None = None,
     ) -> None:
         if not hosts:
             raise ValueError("no ZooKeeper host given")
@@ -77,6 +81,8 @@ class Connection:
         self._connect_timeout = connect_timeout
         self._on_state = on_state
         self._url = url
+        self._tls = tls
+        self._ssl_context: ssl.SSLContext | None = None  # made at the first contact
         self._lock = anyio.Lock()
         self._running: dict[WireClient, anyio.Event] = {}  # client -> set to end its task
         self._down_since: float | None = None
@@ -148,10 +154,21 @@ class Connection:
         (:mod:`.._probe`); the next session start relies on it instead of asking again.
         A checkpoint.
 
+        Over TLS, the first contact verifies the server's certificate as the sessions'
+        connections do: a wrong CA is named at once, not after connect_timeout of
+        refused attempts.
+
         :raises BackendUnavailable: if no member does
+        :raises ConfigurationError: if the TLS files are not a certificate and its key
         """
+        if self._tls is not None and self._ssl_context is None:
+            self._ssl_context = await self._tls.client_context()
         await first_contact(
-            "ZooKeeper", ZOOKEEPER, self.hosts, connect_timeout=self._connect_timeout
+            "ZooKeeper",
+            ZOOKEEPER,
+            self.hosts,
+            connect_timeout=self._connect_timeout,
+            tls=self._ssl_context,
         )
         self._contacted = True
 
@@ -171,6 +188,7 @@ class Connection:
             session_timeout=session_timeout,
             connect_timeout=self._connect_timeout,
             auth=self._auth_data,
+            ssl_context=self._ssl_context,
         )
         client.add_listener(lambda state: self._client_state(client, state))
         assert self.task_group is not None

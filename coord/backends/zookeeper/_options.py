@@ -14,21 +14,35 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from ..._core.url import ParsedURL
+    from .._common.tls import TLSFiles
 
 __all__ = ["ALLOWED", "Options", "check_hosts", "url_options"]
 
 #: Keyword options of ``coord.connect("zk://...", **options)``.
-ALLOWED = frozenset({"auth", "acl", "suspended_is_lost", "connect_timeout"})
+ALLOWED = frozenset(
+    {
+        "auth",
+        "acl",
+        "suspended_is_lost",
+        "connect_timeout",
+        "ca_file",
+        "cert_file",
+        "key_file",
+        "tls",
+    }
+)
 
 
 @dataclass(frozen=True)
 class Options:
-    """Checked options. ``acl`` is the ACL of every node coord creates."""
+    """Checked options. ``acl`` is the ACL of every node coord creates; ``tls`` the TLS
+    files (None: plain text)."""
 
     auth_data: tuple[tuple[str, str], ...]
     acl: tuple[Any, ...]
     suspended_is_lost: bool
     connect_timeout: float
+    tls: TLSFiles | None = None
 
     @classmethod
     def check(
@@ -38,11 +52,12 @@ class Options:
         acl: object = None,
         suspended_is_lost: object = True,
         connect_timeout: object = 10.0,
+        tls: TLSFiles | None = None,
     ) -> Options:
         auth_data = _check_auth(auth)
         lost = check_bool(suspended_is_lost, "suspended_is_lost")
         timeout = check_duration(connect_timeout, "connect_timeout")
-        return cls(auth_data, _check_acl(acl, auth_data), lost, timeout)
+        return cls(auth_data, _check_acl(acl, auth_data), lost, timeout, tls)
 
 
 def url_options(url: ParsedURL, options: dict[str, Any]) -> dict[str, Any]:

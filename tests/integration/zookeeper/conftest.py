@@ -1,5 +1,5 @@
 """ZooKeeper-only tests: faults that need a real server (dropped connections, restarts,
-SIGSTOP), protected-mode creates, the cost of a release, auth and ACLs."""
+SIGSTOP), protected-mode creates, the cost of a release, auth and ACLs, TLS."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING
 import pytest
 
 import coord
+from coord.testing import ServerTLS, ZooKeeperServer
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Iterator
 
 
 @pytest.fixture(params=["asyncio", "trio"])
@@ -30,3 +31,15 @@ async def other(zookeeper_url: str) -> AsyncIterator[coord.Client]:
     """A second client (another session) on the same chroot, default policy."""
     async with coord.connect(zookeeper_url, ttl=5) as client:
         yield client
+
+
+@pytest.fixture(scope="session")
+def tls_zookeeper(
+    certs: dict[str, str], zookeeper_server: ZooKeeperServer
+) -> Iterator[ZooKeeperServer]:
+    """A ZooKeeper serving TLS on its ``secure_port`` (client certificates required) as
+    well as plain text on its ``port``."""
+    del zookeeper_server  # only for the skip/fail policy when ZooKeeper is not installed
+    tls = ServerTLS(certs["ca.pem"], certs["server.pem"], certs["server.key"], True)
+    with ZooKeeperServer(tls=tls) as server:
+        yield server

@@ -46,6 +46,7 @@ from ._session import Session, State
 from ._watches import Arming, Kind, Watches
 
 if TYPE_CHECKING:
+    import ssl
     from collections.abc import Iterator, Sequence
     from types import TracebackType
 
@@ -79,6 +80,8 @@ class WireClient(AsyncResource):
     :param read_only: accept a read-only server (by default it counts as a failed
         connection attempt)
     :param resume: ``(session_id, password)`` of an existing session to take over
+    :param ssl_context: connect over TLS with it (the server verified as it says; the
+        hosts are the names it checks)
     """
 
     def __init__(
@@ -91,6 +94,7 @@ class WireClient(AsyncResource):
         chroot: str = "",
         read_only: bool = False,
         resume: tuple[int, bytes] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         if chroot and (not chroot.startswith("/") or chroot == "/"):
             raise ValueError(f"a chroot is an absolute path other than /: {chroot!r}")
@@ -103,6 +107,7 @@ class WireClient(AsyncResource):
             auth=auth,
             read_only=read_only,
             resume=resume,
+            ssl_context=ssl_context,
         )
         self._stack: contextlib.AsyncExitStack | None = None
         self._tasks: anyio.abc.TaskGroup | None = None

@@ -5,12 +5,15 @@
   synchronous step, so packets reach the socket in xid order, and a caller cancelled
   while waiting cannot leave half a packet on the wire (it never writes). The writer
   sends whatever has queued up in one ``send``.
-* **Reads** belong to the reader task alone: it resolves replies in order
-  (:mod:`._pending`), fires watch events (:mod:`._watches`) and records the zxid.
+* **Reads** belong to the reader task alone: it cuts frames (:mod:`._framing`) and
+  hands each to :mod:`._replies`, which resolves replies in order, fires watch events
+  and records the zxid.
 * **Liveness**: a ping every third of the negotiated session timeout; a connection the
-  server has not answered on for two thirds of it is dropped, as kazoo and the Java
-  client do, which leaves a third to resume the session elsewhere. After the event loop
-  was blocked, a fresh ping is given a third of the timeout to be answered first.
+  server has not completed a frame on for two thirds of it is dropped, as kazoo and
+  the Java client do, which leaves a third to resume the session elsewhere (bytes that
+  never make a frame count for nothing: a peer trickling one is silent). After the
+  event loop was blocked, a fresh ping is given a third of the timeout to be answered
+  first.
 
 The connection ends when any of its tasks fails (end of stream, a socket error, a
 protocol error, silence) or :meth:`Connection.drop` is called: every request in flight
@@ -21,42 +24,30 @@ from __future__ import annotations
 
 import logging
 import math
-import struct
-from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.lowlevel
 from anyio.abc import SocketAttribute
 from kazoo import exceptions as kz
-from kazoo.protocol.serialization import Auth, Exists, PingInstance, Watch
+from kazoo.protocol.serialization import Auth, PingInstance
 
-from ._errors import ProtocolError, error_for
-from ._framing import (
-    AUTH_XID,
-    PING_XID,
-    REPLY_HEADER_SIZE,
-    SET_WATCHES_XID,
-    WATCH_XID,
-    encode,
-    encode_request,
-    reply_header,
-)
-from ._pending import InFlight, Reply
+from ._errors import ProtocolError
+from ._framing import AUTH_XID, PING_XID, SET_WATCHES_XID, encode, encode_request
+from ._replies import Replies
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from ._dial import Opened
+    from ._pending import Reply
     from ._watches import Arming, Watches
 
 __all__ = ["Connection"]
 
 log = logging.getLogger("coord.backends.zookeeper")
 
-_NO_NODE = kz.NoNodeError.code
 _PING = encode_request(PING_XID, PingInstance)
-_DECODING = (struct.error, ValueError, IndexError, UnicodeDecodeError, TypeError)
 #: Failures that are the network's or the server's, not a bug of ours.
 _EXPECTED = (
     OSError,
@@ -79,13 +70,10 @@ class Connection:
         address = self._stream.extra(SocketAttribute.remote_address)
         #: The server's ``(address, port)``.
         self.server = (address[0], address[1]) if isinstance(address, tuple) else (address, 0)
-        self._watches = watches
         self._timeout = timeout
-        self.last_zxid = last_zxid
-        #: When the server was last heard from (anyio's clock).
+        self._replies = Replies(watches, last_zxid)
+        #: When the server last completed a frame (anyio's clock).
         self.last_heard = anyio.current_time()
-        self._in_flight = InFlight()
-        self._auth: deque[Reply] = deque()
         self._outbox, self._outgoing = anyio.create_memory_object_stream[bytes](math.inf)
         self._scope = anyio.CancelScope()
         #: Makes the error of the requests in flight when the connection ends (by
@@ -98,6 +86,11 @@ class Connection:
 
     # -- sending (synchronous: never a checkpoint) -----------------------------------------
 
+    @property
+    def last_zxid(self) -> int:
+        """The last zxid seen on this connection (or before it, in the session)."""
+        return self._replies.last_zxid
+
     def submit(self, request: Any, arming: Arming | None = None) -> Reply:
         """Send *request* (a kazoo record); its reply resolves the returned Reply.
 
@@ -105,14 +98,13 @@ class Connection:
         """
         if not self.open:
             raise kz.ConnectionLoss("the connection to ZooKeeper was lost")
-        sent = self._in_flight.add(request, arming)
+        sent = self._replies.in_flight.add(request, arming)
         self._outbox.send_nowait(encode_request(sent.xid, request))
         return sent.reply
 
     def authenticate(self, scheme: str, credential: str) -> Reply:
         """Send an auth packet; the Reply resolves to True, or with ``AuthFailedError``."""
-        reply = Reply()
-        self._auth.append(reply)
+        reply = self._replies.expect_auth()
         self._outbox.send_nowait(
             encode(AUTH_XID, Auth.type, Auth(0, scheme, credential).serialize())
         )
@@ -142,10 +134,7 @@ class Connection:
                     tg.start_soon(self._guard, self._keepalive)
         finally:
             self.open = False
-            self._in_flight.fail_all(self.fail_with)
-            auth, self._auth = self._auth, deque()
-            for reply in auth:
-                reply.resolve(error=kz.ConnectionLoss())
+            self._replies.fail_all(self.fail_with)
             self._outbox.close()
             self._outgoing.close()
             with anyio.CancelScope(shield=True):
@@ -208,55 +197,13 @@ class Connection:
             await anyio.sleep(wake - now)
 
     async def _read(self) -> None:
+        dispatch = self._replies.dispatch
         for frame in self._early:
-            self._dispatch(frame)
+            dispatch(frame)
         receive, feed = self._stream.receive, self._buffer.feed
         while True:
-            data = await receive()
-            self.last_heard = anyio.current_time()
-            for frame in feed(data):
-                self._dispatch(frame)
-
-    # -- reading (in the reader task) ----------------------------------------------------------
-
-    def _dispatch(self, frame: bytes) -> None:
-        xid, zxid, err = reply_header(frame)
-        if xid >= 0:
-            self._answer(xid, zxid, err, frame)
-        elif xid == WATCH_XID:
-            try:
-                watch, _ = Watch.deserialize(frame, REPLY_HEADER_SIZE)
-            except _DECODING as exc:
-                raise ProtocolError("an undecodable watch event") from exc
-            self._watches.fire(watch.type, watch.path)
-        elif xid == AUTH_XID:
-            if not self._auth:
-                raise ProtocolError("an auth answer to no auth packet")
-            error = kz.AuthFailedError(f"authentication refused (code {err})") if err else None
-            self._auth.popleft().resolve(True, error)
-        elif xid not in (PING_XID, SET_WATCHES_XID):
-            raise ProtocolError(f"a reply with xid {xid}")
-
-    def _answer(self, xid: int, zxid: int, err: int, frame: bytes) -> None:
-        sent = self._in_flight.pop(xid)
-        if zxid > 0:
-            self.last_zxid = zxid
-        request, arming = sent.request, sent.arming
-        if err == 0:
-            try:
-                value = request.deserialize(frame, REPLY_HEADER_SIZE) if _decodes(request) else None
-            except _DECODING as exc:
-                raise ProtocolError(f"an undecodable answer to {type(request).__name__}") from exc
-            if arming is not None:
-                self._watches.arm(arming)
-            sent.reply.resolve(value)
-        elif err == _NO_NODE and request.type == Exists.type:
-            if arming is not None:
-                self._watches.arm(arming, exists=False)
-            sent.reply.resolve(None)
-        else:
-            sent.reply.resolve(error=error_for(err))
-
-
-def _decodes(request: Any) -> bool:
-    return hasattr(request, "deserialize")
+            frames = feed(await receive())
+            if frames:
+                self.last_heard = anyio.current_time()
+            for frame in frames:
+                dispatch(frame)

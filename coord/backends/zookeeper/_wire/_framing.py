@@ -17,16 +17,20 @@ from __future__ import annotations
 import struct
 from typing import Any, Final
 
+from kazoo.protocol.serialization import Connect
+
 from ._errors import ProtocolError
 
 __all__ = [
     "AUTH_XID",
+    "DECODE_ERRORS",
     "MAX_FRAME",
     "PING_XID",
     "REPLY_HEADER_SIZE",
     "SET_WATCHES_XID",
     "WATCH_XID",
     "FrameBuffer",
+    "decode_connect",
     "encode",
     "encode_connect",
     "encode_request",
@@ -44,6 +48,8 @@ SET_WATCHES_XID: Final = -8
 MAX_FRAME: Final = 64 * 1024 * 1024
 
 _LENGTH = struct.Struct("!i")
+#: What kazoo's codec raises on a record that does not decode.
+DECODE_ERRORS = (struct.error, ValueError, IndexError, UnicodeDecodeError, TypeError)
 _REQUEST_HEADER = struct.Struct("!iii")  # length, xid, opcode
 _REPLY_HEADER = struct.Struct("!iqi")  # xid, zxid, err
 REPLY_HEADER_SIZE: Final = _REPLY_HEADER.size
@@ -63,6 +69,21 @@ def encode_connect(connect: Any) -> bytes:
     """The packet of a ConnectRequest (kazoo's ``Connect``): no request header."""
     body = bytes(connect.serialize())
     return _LENGTH.pack(len(body)) + body
+
+
+def decode_connect(frame: bytes) -> Any:
+    """The ConnectResponse in the server's first frame (kazoo's ``Connect``). Its
+    timeout is the session's to judge (:mod:`._session`).
+
+    :raises ProtocolError: if the frame is not one (short, or without a password)
+    """
+    try:
+        reply, _ = Connect.deserialize(frame, 0)
+    except DECODE_ERRORS as exc:
+        raise ProtocolError("the server's answer is not a ConnectResponse") from exc
+    if not isinstance(reply.passwd, bytes):
+        raise ProtocolError("a ConnectResponse without a session password")
+    return reply
 
 
 def reply_header(frame: bytes) -> tuple[int, int, int]:

@@ -10,7 +10,10 @@
 * The supervisor opens a connection to a host of the list (:mod:`._dial`: a
   ConnectRequest with the session's id and password once it has one, hosts in turn,
   backing off up to a second). An attempt is bounded by a third of the session
-  timeout. A read-only server is a failed attempt unless ``read_only`` is set.
+  timeout. A read-only server is a failed attempt unless ``read_only`` is set, and so
+  is a new session granted a timeout under :data:`MIN_TIMEOUT_MS`. A connection that
+  ended within that third is followed by the same backoff: a server that opens
+  sessions and breaks them at once is not reconnected to in a tight loop.
 * On a connection: auth packets first (their answers awaited: a refusal ends the
   session), then the session's watches re-armed with SetWatches relative to the last
   zxid seen, then CONNECTED: requests waiting for a connection go out.
@@ -35,9 +38,11 @@ from kazoo.protocol.states import KeeperState
 
 from ._connection import Connection
 from ._dial import Dialer
+from ._errors import ProtocolError
 from ._records import set_watches_batches
 
 if TYPE_CHECKING:
+    import ssl
     from collections.abc import Callable, Sequence
 
     from anyio.abc import TaskStatus
@@ -48,6 +53,11 @@ if TYPE_CHECKING:
 __all__ = ["Session", "State", "StateListener"]
 
 log = logging.getLogger("coord.backends.zookeeper")
+
+#: The shortest session timeout taken from a server (ms). Pings go out every third of
+#: it: a server granting a millisecond would have the client ping in a busy loop.
+#: ZooKeeper's own floor is two ticks (``minSessionTimeout``), tens of ms at the least.
+MIN_TIMEOUT_MS = 10
 
 
 class State(enum.StrEnum):
@@ -73,6 +83,7 @@ class Session:
     :param session_timeout: the timeout asked for (seconds); the server may clamp it
     :param connect_timeout: how long :meth:`run` may take to open the session
     :param resume: ``(session_id, password)`` of a session to take over
+    :param ssl_context: connect over TLS with it
     """
 
     def __init__(
@@ -85,8 +96,9 @@ class Session:
         auth: Sequence[tuple[str, str]] = (),
         read_only: bool = False,
         resume: tuple[int, bytes] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        self._dialer = Dialer(hosts)
+        self._dialer = Dialer(hosts, ssl_context=ssl_context)
         self.watches = watches
         self.requested_timeout = session_timeout
         self.negotiated_timeout = session_timeout
@@ -109,6 +121,8 @@ class Session:
         #: Why the last connection ended (None until one did).
         self.last_error: BaseException | None = None
         self._started: TaskStatus[None] | None = None
+        #: The last connection ended soon after it opened: the next dial pauses first.
+        self._brief = False
 
     @property
     def last_zxid(self) -> int:
@@ -233,7 +247,10 @@ class Session:
                 while self.held:
                     await self._changed.wait()
                 opened = await self._dialer.dial(
-                    self._connect_request(), attempt=self._attempt_timeout(), accept=self._accept
+                    self._connect_request(),
+                    attempt=self._attempt_timeout(),
+                    accept=self._accept,
+                    pause=self._brief,
                 )
             if opened is None and opening:
                 failure = self._dialer.failure
@@ -258,11 +275,16 @@ class Session:
     def _accept(self, reply: Any) -> bool:
         """Take the ConnectResponse *reply*: False for a read-only server we refuse.
 
-        :raises kazoo.exceptions.SessionExpiredError: if the server says so
+        :raises kazoo.exceptions.SessionExpiredError: the server says the session we
+            resume expired (a timeout of 0 or less, or another session)
+        :raises ProtocolError: a new session granted no timeout, or one too short to
+            keep (the attempt fails; the next host is tried)
         """
         resumed = self.session_id != 0
-        if reply.time_out <= 0 or (resumed and reply.session_id != self.session_id):
+        if resumed and (reply.time_out <= 0 or reply.session_id != self.session_id):
             raise kz.SessionExpiredError("the server says the session expired")
+        if reply.time_out < MIN_TIMEOUT_MS:
+            raise ProtocolError(f"a session timeout of {reply.time_out} ms was granted")
         if reply.read_only and not self._read_only:
             return False
         self.session_id, self.password = reply.session_id, reply.passwd
@@ -275,6 +297,7 @@ class Session:
         conn = Connection(
             opened, watches=self.watches, timeout=self.negotiated_timeout, last_zxid=self.last_zxid
         )
+        opened_at = anyio.current_time()
         async with anyio.create_task_group() as tg:
             tg.start_soon(conn.run)
             if await self._prepare(conn):
@@ -285,6 +308,7 @@ class Session:
                     self._started = None
         self._heard, self._last_zxid = conn.last_heard, conn.last_zxid
         self.last_error = conn.error
+        self._brief = anyio.current_time() - opened_at < self._attempt_timeout()
         if self._conn is conn:
             self._conn = None
         if self._ended is None and not self.closing and self.state is State.CONNECTED:
