@@ -147,12 +147,17 @@ def _decoded(request: Any, frame: bytes) -> Any:
 def _holds_null(value: Any) -> bool:
     """Whether *value* (a decoded answer: strings, stats, lists and tuples of them) is
     or holds None. Bounded by the frame: every element was read from it. (``None in``
-    runs in C: a listing of 3,000 children checked item by item in Python cost a tenth
-    of a busy queue's client CPU.)"""
+    and ``map`` run in C: a listing of 3,000 children checked item by item in Python
+    cost a tenth of a busy queue's client CPU.)"""
     if value is None:
         return True
     if isinstance(value, list | tuple):
         if None in value:
             return True
+        if set(map(type, value)) <= _FLAT:  # a listing of names: nothing nested
+            return False
         return any(_holds_null(item) for item in value if isinstance(item, list | tuple))
     return False
+
+
+_FLAT = {str, int, bytes, bool}
