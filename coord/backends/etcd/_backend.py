@@ -638,10 +638,10 @@ class EtcdBackend(Backend):
         newest_first: bool = False,
         created_before: int | None = None,
     ) -> Listing:
-        start = self._key(prefix)
+        start, end = self._range_of(prefix)
         request = rpc.RangeRequest(
             key=start,
-            range_end=range_end(start),
+            range_end=end,
             sort_order=_DESCEND if newest_first else _ASCEND,
             sort_target=_BY_CREATE,
             limit=limit or 0,
@@ -651,8 +651,13 @@ class EtcdBackend(Backend):
         return Listing(tuple(map(self._entry, reply.kvs)), reply.header.revision)
 
     async def wait_keys_changed(self, prefix: str, *, revision: int) -> None:
-        start = self._key(prefix)
-        await self._any_event(start, range_end(start), revision)
+        await self._any_event(*self._range_of(prefix), revision)
+
+    def _range_of(self, prefix: str) -> tuple[bytes, bytes]:
+        """Every key that starts with *prefix* (``""``: the namespace's; with no
+        namespace either, the whole keyspace, which etcd spells "\\0" to "\\0")."""
+        start = self._key(prefix) if prefix else self._root
+        return (start, range_end(start)) if start else (b"\0", b"\0")
 
     @asynccontextmanager
     async def watch(self, prefix: str, *, revision: int) -> AsyncIterator[AsyncIterator[Change]]:

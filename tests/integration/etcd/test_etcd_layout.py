@@ -9,7 +9,6 @@ installs Debian's ``etcd-client``).
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import sys
 from contextlib import asynccontextmanager
@@ -30,18 +29,6 @@ if TYPE_CHECKING:
     from coord.testing import EtcdServer
 
 pytestmark = [pytest.mark.etcd]
-
-ETCDCTL = shutil.which("etcdctl")
-
-
-@pytest.fixture
-def etcdctl() -> str:
-    if ETCDCTL is None:
-        reason = "etcdctl not installed (Debian: apt-get install etcd-client)"
-        if os.environ.get("CI"):
-            pytest.fail(f"{reason} (CI is set: a missing tool fails the run)", pytrace=False)
-        pytest.skip(f"SKIPPED LOUDLY: {reason}")
-    return ETCDCTL
 
 
 class Peer:
