@@ -65,9 +65,44 @@ def test_coord_lock_waits_for_etcdctl_and_status_shows_both(
         go.communicate()
 
 
-def _etcd_entries(cli: Coord) -> list[dict[str, Any]]:
+def _etcd_entries(cli: Coord, name: str = "job") -> list[dict[str, Any]]:
     done = cli.run("status", "--layout", "etcd", "--json")
     assert done.returncode == 0, done.stderr
     objects = json.loads(done.stdout)["objects"]
     assert all(o["kind"] == "etcd" for o in objects)
-    return [e for o in objects if o["name"] == "job" for e in o["entries"]]
+    return [e for o in objects if o["name"] == name for e in o["entries"]]
+
+
+def test_coord_leader_and_elect_beside_etcdctl_elect(
+    coord_cli: Coord, etcd_server: EtcdServer, etcdctl: str
+) -> None:
+    name = urlsplit(coord_cli.url).path.strip("/") + "/sched"
+    go = subprocess.Popen(
+        [etcdctl, f"--endpoints={etcd_server.endpoint}", "elect", name, "go-leader"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "ETCDCTL_API": "3"},
+    )
+    try:
+        assert go.stdout is not None
+        key = go.stdout.readline().strip()  # printed once it leads: its key, its value
+        assert go.stdout.readline().strip() == "go-leader"
+        shown = coord_cli.run("leader", "--layout", "etcd", "--json", "sched")
+        assert shown.returncode == 0, shown.stderr
+        leader = json.loads(shown.stdout)["leader"]
+        assert (leader["value"], name.rpartition("/")[0] + "/" + leader["key"]) == (
+            "go-leader",
+            key,
+        )
+        script = "echo led"
+        candidate = coord_cli.start(
+            "elect", "--layout", "etcd", "--value", "py", "sched", "--", "sh", "-c", script
+        )
+        wait_until(lambda: len(_etcd_entries(coord_cli, "sched")) == 2, "coord's candidate key")
+        assert candidate.poll() is None, "coord led while etcdctl did"
+        go.send_signal(signal.SIGTERM)  # etcdctl resigns
+        out, err = candidate.communicate(timeout=10)
+        assert (candidate.returncode, out) == (0, "led\n"), err
+    finally:
+        go.kill()
+        go.communicate()
