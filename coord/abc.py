@@ -5,9 +5,12 @@ signal; ordered waiter entries bound to a lease (or durable, for queues); the ne
 entries ahead of mine; a wait for deletion; a guarded delete; get/put/compare-and-set; a
 prefix watch; and one small all-or-nothing transaction over entries (etcd ``Txn``,
 ZooKeeper ``multi``), which the queue's claims and fenced acks are made of; and, for tools
-such as ``coord status``, a listing of the names in use. Recipes (mutex,
-election, ...) are written once against :class:`Backend` and never learn which store runs
-under them. Keys are relative to the backend's namespace and use ``/`` as separator.
+such as ``coord status``, a listing of the names in use. A store that speaks etcd's Go
+layout (:attr:`Backend.layouts`) also lists keys by creation revision and waits for a
+change under a prefix: all that etcd's ``concurrency`` package reads beyond the rest.
+Recipes (mutex, election, ...) are written once against :class:`Backend` and never learn
+which store runs under them. Keys are relative to the backend's namespace and use ``/``
+as separator.
 
 Every method here may raise :exc:`coord.BackendError` (or ``BackendUnavailable``) for a
 store-side failure; none catches cancellation.
