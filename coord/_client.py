@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from anyio.abc import AsyncResource
 
 from ._core.background import close_on_exit
-from ._core.checks import check_bool, check_duration, check_type
+from ._core.checks import check_bool, check_duration, check_layout, check_type
 from ._core.exceptions import ClosedError, ConfigurationError
 from ._core.extras import needs_extra
 from ._core.url import SCHEMES, parse_url
@@ -96,7 +96,11 @@ class Client(AsyncResource):
     :raises TypeError: for an argument of the wrong type
     :param sessions: False for a client that only reads and watches: it opens no session
         (no lease, no keepalive), and refuses to acquire, campaign or put a job
-    :raises ConfigurationError: for a TTL the store does not accept, or a bad identity
+    :param layout: the default layout of its mutexes and elections: ``"coord"``, or
+        ``"etcd"`` to share them with etcd's Go ``concurrency`` package, ``etcdctl lock``
+        and ``etcdctl elect`` (see :class:`coord.Mutex`)
+    :raises ConfigurationError: for a TTL the store does not accept, a bad identity, an
+        unknown layout, or ``"etcd"`` on another store
     """
 
     def __init__(
@@ -107,9 +111,11 @@ class Client(AsyncResource):
         renew: bool = True,
         identity: str | None = None,
         sessions: bool = True,
+        layout: str = "coord",
     ) -> None:
         check_type(backend, Backend, "backend", "a coord.abc.Backend")
         check_bool(sessions, "sessions")
+        self._layout = check_layout(layout, backend.layouts, type(backend).__name__)
         self._backend = backend
         who = _identity.identity(_identity.check_identity(identity))
         self._keeper = SessionKeeper(backend, ttl=ttl, renew=renew, identity=who)
@@ -169,8 +175,18 @@ class Client(AsyncResource):
             hold_time=counters.hold_time.snapshot(),
         )
 
+    @property
+    def layout(self) -> str:
+        """The default layout of this client's mutexes and elections."""
+        return self._layout
+
     def mutex(
-        self, name: str, *, reentrant: bool = False, local_handoff: int | None = None
+        self,
+        name: str,
+        *,
+        reentrant: bool = False,
+        local_handoff: int | None = None,
+        layout: str | None = None,
     ) -> Mutex:
         """A :class:`coord.Mutex` called *name* on this client's sessions. Not a checkpoint.
 
@@ -180,9 +196,18 @@ class Client(AsyncResource):
             waiter key, and a releasing task hands the lock straight to the next local
             waiter, with no round trip, at most this many times in a row (1 to 65535;
             None: strict FIFO across all tasks, the default)
-        :raises ConfigurationError: if *name* or *local_handoff* is not valid
+        :param layout: ``"coord"`` or ``"etcd"`` (etcd's Go ``concurrency.Mutex``, as
+            ``etcdctl lock`` takes it: see :class:`coord.Mutex`); None: the client's
+        :raises ConfigurationError: if *name*, *local_handoff* or *layout* is not valid
+            (cohort mode is coord's layout only; ``"etcd"`` needs an etcd store)
         """
-        return Mutex(self._source, name, reentrant=reentrant, local_handoff=local_handoff)
+        return Mutex(
+            self._source,
+            name,
+            reentrant=reentrant,
+            local_handoff=local_handoff,
+            layout=self._layout if layout is None else layout,
+        )
 
     def semaphore(self, name: str, limit: int) -> Semaphore:
         """A :class:`coord.Semaphore` called *name*: at most *limit* holders at once.
@@ -200,13 +225,15 @@ class Client(AsyncResource):
         """
         return RWLock(self._source, name)
 
-    def election(self, name: str) -> Election:
+    def election(self, name: str, *, layout: str | None = None) -> Election:
         """A :class:`coord.Election` called *name* on this client's sessions. Not a
         checkpoint.
 
-        :raises ConfigurationError: if *name* is not a valid name
+        :param layout: ``"coord"`` or ``"etcd"`` (etcd's Go ``concurrency.Election``, as
+            ``etcdctl elect`` takes it: see :class:`coord.Election`); None: the client's
+        :raises ConfigurationError: if *name* or *layout* is not valid
         """
-        return Election(self._source, name)
+        return Election(self._source, name, layout=self._layout if layout is None else layout)
 
     def group(self, name: str) -> Group:
         """A :class:`coord.Group` called *name* on this client's sessions: join it, list
@@ -307,6 +334,7 @@ def connect(
     identity: str | None = None,
     connect_timeout: float = 10.0,
     sessions: bool = True,
+    layout: str = "coord",
     **options: Any,
 ) -> Client:
     """Make a client for the store at *url*; use it with ``async with``.
@@ -333,10 +361,13 @@ def connect(
         of a client that lives on through outages. Ignored by ``memory://``.
     :param sessions: False for a client that only reads and watches: it opens no session
         (see :class:`coord.Client`)
+    :param layout: the default layout of the client's mutexes and elections:
+        ``"coord"`` (the default), or ``"etcd"`` (etcd's Go ``concurrency`` package,
+        etcd stores only; see :class:`coord.Mutex`)
     :param options: backend options (see the backend classes, e.g. TLS files for etcd)
     :raises TypeError: for an argument or option of the wrong type
-    :raises ConfigurationError: for a bad URL, TTL or option, a missing extra, or an
-        asyncio-only store used under trio
+    :raises ConfigurationError: for a bad URL, TTL, layout or option, a missing extra,
+        or an asyncio-only store used under trio
     """
     if url is None:
         url = os.environ.get("COORD_URL")
@@ -344,6 +375,7 @@ def connect(
             raise ConfigurationError("no URL given and COORD_URL is not set")
     _identity.check_identity(identity)
     connect_timeout = check_duration(connect_timeout, "connect_timeout")
+    check_layout(layout)
     parsed = parse_url(url)
     module_name, class_name = SCHEMES[parsed.scheme]
     try:
@@ -357,7 +389,9 @@ def connect(
     if parsed.scheme != "memory":
         options["connect_timeout"] = connect_timeout
     backend: Backend = backend_class.from_url(parsed, **options)
-    return Client(backend, ttl=ttl, renew=renew, identity=identity, sessions=sessions)
+    return Client(
+        backend, ttl=ttl, renew=renew, identity=identity, sessions=sessions, layout=layout
+    )
 
 
 def _check_event_loop(backend: Backend | type[Backend]) -> None:

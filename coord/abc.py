@@ -5,9 +5,12 @@ signal; ordered waiter entries bound to a lease (or durable, for queues); the ne
 entries ahead of mine; a wait for deletion; a guarded delete; get/put/compare-and-set; a
 prefix watch; and one small all-or-nothing transaction over entries (etcd ``Txn``,
 ZooKeeper ``multi``), which the queue's claims and fenced acks are made of; and, for tools
-such as ``coord status``, a listing of the names in use. Recipes (mutex,
-election, ...) are written once against :class:`Backend` and never learn which store runs
-under them. Keys are relative to the backend's namespace and use ``/`` as separator.
+such as ``coord status``, a listing of the names in use. A store that speaks etcd's Go
+layout (:attr:`Backend.layouts`) also lists keys by creation revision and waits for a
+change under a prefix: all that etcd's ``concurrency`` package reads beyond the rest.
+Recipes (mutex, election, ...) are written once against :class:`Backend` and never learn
+which store runs under them. Keys are relative to the backend's namespace and use ``/``
+as separator.
 
 Every method here may raise :exc:`coord.BackendError` (or ``BackendUnavailable``) for a
 store-side failure; none catches cancellation.
@@ -24,7 +27,7 @@ from typing import TYPE_CHECKING
 import anyio.lowlevel
 from anyio.abc import AsyncResource
 
-from ._core.exceptions import EntryGoneError
+from ._core.exceptions import ConfigurationError, EntryGoneError
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Sequence
@@ -291,6 +294,10 @@ class Backend(AsyncResource):
     #: them there. A recipe writing many entries (a purge) splits them into transactions
     #: of at most this many.
     max_ops: int = 64
+    #: The lock and election layouts this store speaks (see ``layout=`` of
+    #: :meth:`coord.Client.mutex`): ``"coord"`` everywhere; ``"etcd"`` where the two
+    #: methods below, which etcd's Go ``concurrency`` package is made of, are served.
+    layouts: frozenset[str] = frozenset({"coord"})
 
     @property
     def url(self) -> str:
@@ -529,3 +536,40 @@ class Backend(AsyncResource):
         fell behind) it raises :exc:`coord.ResyncNeeded`: read again, then watch from
         the new revision.
         """
+
+    async def keys_by_creation(
+        self,
+        prefix: str,
+        *,
+        limit: int | None = None,
+        newest_first: bool = False,
+        created_before: int | None = None,
+    ) -> Listing:
+        """Every key that starts with *prefix* (plain keys and waiter entries alike,
+        those of nested names too), ordered by creation revision, with the store
+        revision of the read: what etcd's Go ``concurrency`` package reads
+        (``WithFirstCreate`` for the holder or leader, ``WithLastCreate`` with
+        ``WithMaxCreateRev`` in ``waitDeletes`` of ``key.go``). Only for stores whose
+        :attr:`layouts` has ``"etcd"``; the others refuse it.
+
+        :param limit: at most this many keys (None: all)
+        :param newest_first: newest creation first
+        :param created_before: only keys created before this revision
+        :raises ConfigurationError: on a store that does not speak the etcd layout
+        """
+        raise _no_layout(self, "etcd")
+
+    async def wait_keys_changed(self, prefix: str, *, revision: int) -> None:
+        """Return once a key that starts with *prefix* may have been created, written
+        or deleted after *revision* (a revision read from :meth:`keys_by_creation`):
+        Go's ``Election.observe`` waiting for a first candidate. At once if that
+        already happened; may return spuriously (callers read again). Waits on the
+        store's watch; never polls.
+
+        :raises ConfigurationError: on a store that does not speak the etcd layout
+        """
+        raise _no_layout(self, "etcd")
+
+
+def _no_layout(backend: Backend, layout: str) -> ConfigurationError:
+    return ConfigurationError(f"{type(backend).__name__} does not speak the {layout!r} layout")

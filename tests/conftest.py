@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import gc
 import os
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +41,19 @@ def _watch_for_blocking_calls() -> Iterator[BlockBuster]:
         for module in ("coord/backends/etcd/_connection.py", "coord/backends/_common/tls.py"):
             bb.functions["os.stat"].can_block_in(module, "_check_readable")
         yield bb
+
+
+@pytest.fixture
+def etcdctl() -> str:
+    """Debian's ``etcdctl`` (package etcd-client), the Go peer of ``layout="etcd"``: a
+    loud skip on a laptop without it, a failure in CI (``scripts/bootstrap`` installs it)."""
+    found = shutil.which("etcdctl")
+    if found is None:
+        reason = "etcdctl not installed (Debian: apt-get install etcd-client)"
+        if os.environ.get("CI"):
+            pytest.fail(f"{reason} (CI is set: a missing tool fails the run)", pytrace=False)
+        pytest.skip(f"SKIPPED LOUDLY: {reason}")
+    return found
 
 
 @pytest.fixture

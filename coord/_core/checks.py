@@ -13,10 +13,12 @@ import math
 from .exceptions import ConfigurationError
 
 __all__ = [
+    "LAYOUTS",
     "check_bool",
     "check_bytes",
     "check_duration",
     "check_int",
+    "check_layout",
     "check_seconds",
     "check_size",
     "check_str",
@@ -106,3 +108,25 @@ def check_ttl(ttl: object, limit: float | None = None, store: str = "the store")
     if limit is not None and ttl > limit:
         raise ConfigurationError(f"ttl={ttl:g}s is longer than {store} allows ({limit:g}s)")
     return ttl
+
+
+#: The lock and election layouts coord speaks: its own, and etcd's Go ``concurrency``.
+LAYOUTS = ("coord", "etcd")
+
+
+def check_layout(layout: object, spoken: frozenset[str] | None = None, store: str = "") -> str:
+    """*layout* if it is a known layout (and, given *spoken*, one the store speaks), else
+    ConfigurationError, at the call: a lock in the wrong layout would not exclude its
+    peers, which is worse than no lock.
+
+    :raises TypeError: if *layout* is not a str
+    """
+    layout = check_str(layout, "layout")
+    if layout not in LAYOUTS:
+        raise ConfigurationError(f"layout must be one of {', '.join(LAYOUTS)}, not {layout!r}")
+    if spoken is not None and layout not in spoken:
+        raise ConfigurationError(
+            f"the {layout!r} layout is etcd's Go concurrency package: {store or 'this store'} "
+            f"does not speak it (use layout='coord', or an etcd:// store)"
+        )
+    return layout

@@ -22,12 +22,13 @@ import anyio
 
 from .._core import keys as _keys
 from .._core import retry as _retry
-from .._core.checks import check_size, check_supervisor
+from .._core.checks import check_layout, check_size, check_supervisor
 from .._core.exceptions import BackendError, BackendUnavailable, LeadershipLost, SessionExpiredError
-from .._core.keys import fence_of
+from .._locks.etcd_layout import EtcdHold
 from .._locks.hold import Hold
 from .._locks.task_lock import TaskLock
 from .leader import (
+    EtcdLeaders,
     Leader,
     Leaders,
     candidate_record,
@@ -65,6 +66,11 @@ class Term(Hold):
         """The leader's current value (as campaigned, or last proclaimed)."""
         return candidate_value(self._entry.value)
 
+    def _record(self, value: bytes) -> bytes:
+        """What my key holds once *value* is proclaimed (its header kept)."""
+        room = proclaim_room(self._entry.value, self._session.backend.max_value_size)
+        return proclaimed(self._entry.value, check_size(value, room, "a leader's value"))
+
     async def proclaim(self, value: bytes) -> None:
         """Change the leader's value, only while still leading.
 
@@ -80,8 +86,7 @@ class Term(Hold):
         """
         session = self._session
         backend = session.backend
-        room = proclaim_room(self._entry.value, backend.max_value_size)
-        record = proclaimed(self._entry.value, check_size(value, room, "a leader's value"))
+        record = self._record(value)
         for attempt in _retry.attempts():
             if self.released:
                 raise LeadershipLost(f"{self.name!r}: the term (fence {self.fence}) has ended")
@@ -95,7 +100,7 @@ class Term(Hold):
                 entry = None
             except SessionExpiredError as exc:  # (ZooKeeper: the session ended under it)
                 raise LeadershipLost(f"{self.name!r}: the session was lost") from exc
-            if entry is not None and fence_of(entry.revision) == self.fence and not self.lost:
+            if entry is not None and self._fence_of(entry.revision) == self.fence and not self.lost:
                 self._entry = entry
                 return
             # Refused, or no answer: read what the key holds now.
@@ -105,7 +110,7 @@ class Term(Hold):
                 raise LeadershipLost(f"{self.name!r}: the session was lost") from exc
             except BackendError:
                 current = self._entry  # try again (the loop ends if the term does)
-            if current is None or fence_of(current.revision) != self.fence:
+            if current is None or self._fence_of(current.revision) != self.fence:
                 self._key_gone()  # the body is cancelled, the block raises LeadershipLost
                 raise LeadershipLost(f"{self.name!r}: not leading any more: {self._why()}")
             if current.value == record and current.version != self._entry.version:
@@ -114,6 +119,19 @@ class Term(Hold):
             self._entry = replace(self._entry, version=current.version)
             await _retry.backoff(attempt)
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+class EtcdTerm(Term, EtcdHold):
+    """A term of the etcd layout: the key holds the value as given (Go's ``Campaign``
+    and ``Proclaim`` write it raw; ``etcdctl elect -l`` prints it), and its fence is the
+    key's create revision."""
+
+    @property
+    def value(self) -> bytes:
+        return self._entry.value
+
+    def _record(self, value: bytes) -> bytes:
+        return check_size(value, self._session.backend.max_value_size, "a leader's value")
 
 
 class Campaign(TaskLock):
@@ -126,15 +144,20 @@ class Campaign(TaskLock):
 
     _what = "election"
     _hold_type = Term
+    _etcd_hold_type = EtcdTerm
 
-    def __init__(self, source: SessionSource, name: str, value: bytes) -> None:
-        super().__init__(source, name)
+    def __init__(
+        self, source: SessionSource, name: str, value: bytes, *, layout: str = "coord"
+    ) -> None:
+        super().__init__(source, name, layout=layout)
         self._campaign_value = value
 
     def __repr__(self) -> str:
         return f"<coord.Election.campaign {self._name!r} value={self._campaign_value!r}>"
 
     def _value(self) -> bytes:
+        if self._layout == "etcd":
+            return self._campaign_value  # raw, as election.go's Campaign writes it
         # Made anew at each registration (its time), as a lock's.
         return candidate_record(self._source.identity, self._campaign_value)
 
@@ -155,11 +178,26 @@ class Election:
 
         await election.run(lead, b"host-1")   # campaign forever
 
+    **The etcd layout** (``layout="etcd"``, on etcd only) is that of etcd's Go
+    ``client/v3/concurrency`` ``Election`` (``election.go``): a candidate's key
+    ``NAME/<lease id in hex>`` (one per session: two tasks of this client campaign in
+    turn, locally) holds its value raw; the oldest key under ``NAME/`` leads; a
+    candidate waits for the deletion of the newest key created before its own;
+    ``proclaim`` rewrites the value guarded by the key's version; resigning deletes the
+    key guarded by its create revision, which is also the term's fence. So ``etcdctl
+    elect NAME VALUE`` and Go services campaign with coord's clients, and ``leader()``
+    and ``observe()`` read theirs as ``etcdctl elect -l NAME`` reads coord's.
+
     :param session: where the candidate keys' lease comes from
     :param name: slash-separated name
+    :param layout: ``"coord"`` (the default) or ``"etcd"``
+    :raises ConfigurationError: for a bad name, an unknown layout, or ``"etcd"`` on
+        another store
     """
 
-    def __init__(self, session: SessionSource, name: str) -> None:
+    def __init__(self, session: SessionSource, name: str, *, layout: str = "coord") -> None:
+        backend = session.backend
+        self._layout = check_layout(layout, backend.layouts, type(backend).__name__)
         self._source = session
         self._name = _keys.check_name(name)
         self._prefix = _keys.prefix_of(name)
@@ -168,8 +206,14 @@ class Election:
     def name(self) -> str:
         return self._name
 
+    @property
+    def layout(self) -> str:
+        """``"coord"`` or ``"etcd"`` (see above)."""
+        return self._layout
+
     def __repr__(self) -> str:
-        return f"<coord.Election {self._name!r}>"
+        layout = "" if self._layout == "coord" else f" layout={self._layout!r}"
+        return f"<coord.Election {self._name!r}{layout}>"
 
     def campaign(self, value: bytes) -> Campaign:
         """Campaign with *value*: ``async with election.campaign(value) as term:``.
@@ -188,13 +232,15 @@ class Election:
         :raises ConfigurationError: if *value* is larger than the store takes
             (``backend.max_value_size``), at the call
         """
-        return Campaign(self._source, self._name, self._check_value(value))
+        return Campaign(self._source, self._name, self._check_value(value), layout=self._layout)
 
     @property
     def max_value_size(self) -> int:
         """The largest value :meth:`campaign` and :meth:`Term.proclaim` take on this
         store, in bytes: the store's value limit less the candidate's record beside it
-        (who campaigns, and when: about a hundred bytes)."""
+        (who campaigns, and when: about a hundred bytes; none in the etcd layout)."""
+        if self._layout == "etcd":
+            return self._source.backend.max_value_size
         return candidate_room(self._source.identity, self._source.backend.max_value_size)
 
     def _check_value(self, value: object) -> bytes:
@@ -205,6 +251,9 @@ class Election:
 
         :raises BackendUnavailable: if the store cannot be reached
         """
+        if self._layout == "etcd":  # election.go's Leader: the first key by creation
+            listing = await self._source.read(lambda b: b.keys_by_creation(self._prefix, limit=1))
+            return Leader._of(listing.entries[0], raw=True) if listing.entries else None
         listing = await self._source.read(lambda b: b.entries(self._prefix, limit=1))
         return Leader._of(listing.entries[0]) if listing.entries else None
 
@@ -225,6 +274,8 @@ class Election:
             waiting for a change: ZooKeeper can read nothing once its session is over,
             and a client that opens no other is done
         """
+        if self._layout == "etcd":
+            return EtcdLeaders(self._source, self._prefix)
         return Leaders(self._source, self._prefix)
 
     async def run(

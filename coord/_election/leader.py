@@ -23,11 +23,14 @@ from .._core.keys import fence_of
 from .._sessions.identity import parse_identity, since_of, waiter_value, waiter_value_size
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
     from .._sessions.session import SessionSource
-    from ..abc import Entry
+    from ..abc import Backend, Entry, Listing
 
 __all__ = [
     "CANDIDATE",
+    "EtcdLeaders",
     "Leader",
     "Leaders",
     "candidate_record",
@@ -105,7 +108,9 @@ class Leader:
     since: float | None = field(default=None, compare=False)
 
     @classmethod
-    def _of(cls, entry: Entry) -> Leader:
+    def _of(cls, entry: Entry, *, raw: bool = False) -> Leader:
+        if raw:  # the etcd layout: the value as written, the create revision as fence
+            return cls(entry.key, entry.value, entry.revision)
         fence = fence_of(entry.revision)
         split = _split(entry.value)
         if split is None:
@@ -148,7 +153,7 @@ class Leaders:
                     await _retry.backoff(attempt)  # read again, then watch again
                     attempt += 1
             try:
-                listing = await backend.entries(self._prefix, limit=1)
+                listing = await self._head(backend)
             except (BackendError, SessionExpiredError):
                 await _retry.backoff(attempt)
                 attempt += 1
@@ -157,10 +162,16 @@ class Leaders:
             attempt = 0
             head = listing.entries[0] if listing.entries else None
             self._seen = (head, listing.revision)
-            leader = Leader._of(head) if head is not None else None
+            leader = self._leader(head) if head is not None else None
             if not self._yielded or leader != self._last:
                 self._last, self._yielded = leader, True
                 return leader
+
+    def _head(self, backend: Backend) -> Awaitable[Listing]:
+        return backend.entries(self._prefix, limit=1)
+
+    def _leader(self, head: Entry) -> Leader:
+        return Leader._of(head)
 
     async def _wait(self, head: Entry | None, revision: int) -> None:
         """Until the leader read at *revision* may have changed."""
@@ -171,3 +182,22 @@ class Leaders:
         async with backend.watch(self._prefix, revision=revision) as changes:
             async for _ in changes:
                 return
+
+
+class EtcdLeaders(Leaders):
+    """``observe`` in the etcd layout: the first key under the prefix by creation, as
+    election.go's ``observe`` reads it; with none, any key made under the prefix ends
+    the wait (its watch ``WithPrefix``), then it reads again."""
+
+    def _head(self, backend: Backend) -> Awaitable[Listing]:
+        return backend.keys_by_creation(self._prefix, limit=1)
+
+    def _leader(self, head: Entry) -> Leader:
+        return Leader._of(head, raw=True)
+
+    async def _wait(self, head: Entry | None, revision: int) -> None:
+        backend = self._source.backend
+        if head is not None:
+            await backend.wait_changed(head, revision=revision)
+        else:
+            await backend.wait_keys_changed(self._prefix, revision=revision)

@@ -68,10 +68,13 @@ class Hold:
     #: leadership, a partition); a group membership excludes nobody and lasts as long as
     #: its entry and session do.
     _voided_by_interruption = True
+    #: The fencing token of the key created at a revision (the etcd layout's is the
+    #: revision itself, as Go's holders have it).
+    _fence_of = staticmethod(fence_of)
 
     def __init__(self, name: str, session: Session, position: Position) -> None:
         entry = position.entry
-        self._setup(name, fence_of(entry.revision), session, entry)
+        self._setup(name, self._fence_of(entry.revision), session, entry)
         # My key existed at the read's revision (an entry's revision is its creation
         # order, which the contract does not promise to be a store revision).
         self._seen_at = position.revision

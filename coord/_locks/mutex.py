@@ -74,11 +74,26 @@ class Mutex(TaskLock):
     of it. For many tasks of few processes on one lock, it removes most of the round
     trips (see docs/benchmarks.md).
 
+    **The etcd layout** (``layout="etcd"``, on etcd only): the keys, order and protocol of
+    etcd's Go ``client/v3/concurrency`` ``Mutex`` (``mutex.go``, ``key.go``), so that
+    ``etcdctl lock NAME`` and Go services share the lock, in both directions: one key
+    ``NAME/<lease id in hex>`` per *session*, the oldest key under ``NAME/`` holds, each
+    waiter waits for the deletion of the newest key created before its own. One key per
+    session means that two tasks of this client on one name queue *locally*, FIFO, in
+    front of that key; across clients the order is etcd's create-revision order. The
+    fence is the key's create revision (a Go holder's ``Header().Revision`` at the
+    grant is at least as large); its value is this client's identity (Go writes and
+    reads none). A loss still cancels the body; a cancelled wait leaves no key; cohort
+    mode is refused (see :mod:`coord._locks.etcd_layout`).
+
     :param session: where the waiter keys' lease comes from: a client's sessions (which
         renew) or one :class:`coord.Session`
     :param name: slash-separated name, e.g. ``"orders/42"``
     :param reentrant: let the holding task enter again
     :param local_handoff: cohort mode's limit of local handoffs in a row (None: strict)
+    :param layout: ``"coord"`` (the default) or ``"etcd"``
+    :raises ConfigurationError: for an unknown layout, ``"etcd"`` on another store, or
+        ``"etcd"`` with *local_handoff*
     """
 
     _what = "mutex"
@@ -90,7 +105,13 @@ class Mutex(TaskLock):
         *,
         reentrant: bool = False,
         local_handoff: int | None = None,
+        layout: str = "coord",
     ) -> None:
+        if local_handoff is not None and layout == "etcd":
+            raise ConfigurationError(
+                "local_handoff (cohort mode) is coord's layout only: etcd's Go layout has "
+                "one key per session, whose holder cannot hand it on"
+            )
         if local_handoff is not None and not (
             1 <= check_int(local_handoff, "local_handoff") <= MAX_HANDOFFS
         ):
@@ -98,7 +119,7 @@ class Mutex(TaskLock):
                 f"local_handoff must be None or an int from 1 to {MAX_HANDOFFS}, "
                 f"not {local_handoff!r}"
             )
-        super().__init__(session, name, reentrant=reentrant)
+        super().__init__(session, name, reentrant=reentrant, layout=layout)
         self._local_handoff = local_handoff
 
     @property
@@ -110,6 +131,8 @@ class Mutex(TaskLock):
         flags = " reentrant" if self._reentrant else ""
         if self._local_handoff is not None:
             flags += f" local_handoff={self._local_handoff}"
+        if self._layout != "coord":
+            flags += f" layout={self._layout!r}"
         return f"<coord.Mutex {self._name!r}{flags} locked={self.locked()}>"
 
     def _turn(self, *, wait: bool) -> Awaitable[Hold]:

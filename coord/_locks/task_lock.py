@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING
 from anyio import get_current_task
 
 from .._core import keys as _keys
-from .._core.checks import check_bool
+from .._core.checks import check_bool, check_layout
 from .._core.exceptions import LockedError, LockLost, NotOwnerError
 from .._sessions.identity import Waiter, waiter_value
+from .etcd_layout import EtcdHold, etcd_turn
 from .hold import Hold
 from .wait_queue import EXCLUSIVE, Rule, try_turn, wait_turn
 
@@ -75,8 +76,12 @@ class TaskLock:
     #: How the recipe calls itself in messages.
     _what = "lock"
 
-    def __init__(self, source: SessionSource, name: str, *, reentrant: bool = False) -> None:
+    def __init__(
+        self, source: SessionSource, name: str, *, reentrant: bool = False, layout: str = "coord"
+    ) -> None:
         check_bool(reentrant, "reentrant")
+        backend = source.backend
+        self._layout = check_layout(layout, backend.layouts, type(backend).__name__)
         self._source = source
         self._name = _keys.check_name(name)
         self._prefix = _keys.prefix_of(name)
@@ -87,6 +92,12 @@ class TaskLock:
     def name(self) -> str:
         return self._name
 
+    @property
+    def layout(self) -> str:
+        """The layout of its keys in the store: ``"coord"`` or ``"etcd"`` (etcd's Go
+        ``concurrency`` package: see :class:`coord.Mutex`)."""
+        return self._layout
+
     def __repr__(self) -> str:
         return f"<coord.{type(self).__name__} {self._name!r} held here={len(self._held())}>"
 
@@ -94,6 +105,8 @@ class TaskLock:
 
     _rule: Rule = EXCLUSIVE
     _hold_type: type[Hold] = Hold
+    #: The hold of the etcd layout (:mod:`coord._locks.etcd_layout`).
+    _etcd_hold_type: type[EtcdHold] = EtcdHold
     #: Whether its acquires count in the client's statistics (not a queue's own turns).
     _counted = True
 
@@ -136,6 +149,9 @@ class TaskLock:
 
         :raises BackendUnavailable: if the store cannot be reached
         """
+        if self._layout == "etcd":  # the oldest key holds (the Go layout's fence: raw)
+            listing = await self._source.read(lambda b: b.keys_by_creation(self._prefix))
+            return [Waiter._of(e, not i, raw_fence=True) for i, e in enumerate(listing.entries)]
         listing = await self._source.read(lambda b: b.entries(self._prefix))
         entries = listing.entries
         waiters = []
@@ -236,6 +252,15 @@ class TaskLock:
         """Register a waiter key and wait for its turn (or, with ``wait=False``, take it
         only if it has come). Not a coroutine function: it returns the call's coroutine,
         so that a waiter keeps no frame of its own here (its memory is mostly frames)."""
+        if self._layout == "etcd":
+            return etcd_turn(
+                self._source,
+                self._name,
+                self._prefix,
+                value=self._value,
+                hold_type=self._etcd_hold_type,
+                wait=wait,
+            )
         turn = wait_turn if wait else try_turn
         return turn(
             self._source,

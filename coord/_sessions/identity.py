@@ -161,7 +161,8 @@ class Waiter:
     since: float | None = field(default=None, compare=False)
 
     @classmethod
-    def _of(cls, entry: Entry, holding: bool) -> Waiter:
+    def _of(cls, entry: Entry, holding: bool, *, raw_fence: bool = False) -> Waiter:
         who = parse_identity(entry.value)
         since = since_of(who.pop("since", None))
-        return cls(entry.key, fence_of(entry.revision), holding, who, since)
+        fence = entry.revision if raw_fence else fence_of(entry.revision)
+        return cls(entry.key, fence, holding, who, since)

@@ -8,6 +8,12 @@ identity a mutex (or, with a joined ``value``, a group), the
 ``_jobs``/``_claims``/``_dead``/``_idle``/``_ids`` names of one parent a queue, and the
 ``_assignment`` and ``_partitions/<p>`` names of one parent a partitioner (its members
 are the parent's entries).
+
+With the etcd layout (``coord status --layout etcd``) it lists instead the locks and
+elections of etcd's Go ``client/v3/concurrency`` layout: keys ``<name>/<lease id in
+hex>`` bound to that very lease (mutex.go, election.go), oldest first: the holder or
+leader, then the waiters. The two layouts cannot be told apart from a Go peer's keys, so
+their kind is ``etcd``.
 """
 
 from __future__ import annotations
@@ -47,14 +53,20 @@ class Snapshot:
         self.objects: list[dict[str, Any]] = []
         self.revisions: dict[str, int] = {}
         self.names: list[str] = []
+        #: The revision of the read of the etcd layout's keys (None: not read).
+        self.etcd_revision: int | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {"version": SCHEMA_VERSION, "prefix": self.prefix, "objects": self.objects}
 
 
-async def read(client: coord.Client, prefix: str) -> Snapshot:
-    """Read everything under *prefix*. A checkpoint; a few reads per name."""
+async def read(client: coord.Client, prefix: str, *, layout: str = "coord") -> Snapshot:
+    """Read everything under *prefix*. A checkpoint; a few reads per name (one read of
+    every key under *prefix* in the etcd layout)."""
     snapshot = Snapshot(prefix)
+    if layout == "etcd":
+        await _etcd_layout(client, snapshot)
+        return snapshot
     snapshot.names = await client.backend.names(prefix)
     queues = sorted(
         {n.rpartition("/")[0] for n in snapshot.names if n.rpartition("/")[2] in _QUEUE_PARTS}
@@ -182,6 +194,38 @@ async def _partitioner(
         "members": [_member(Member._of(entry)) for entry in members.entries],
         "owners": owners,
     }
+
+
+_LEASE_HEX = re.compile(r"[0-9a-f]{1,16}\Z")
+
+
+async def _etcd_layout(client: coord.Client, snapshot: Snapshot) -> None:
+    """The Go layout's locks and elections under the snapshot's prefix, by name."""
+    listing = await client.backend.keys_by_creation(snapshot.prefix and snapshot.prefix + "/")
+    snapshot.etcd_revision = listing.revision
+    by_name: dict[str, list[Entry]] = {}
+    for entry in listing.entries:
+        name, _, last = entry.key.rpartition("/")
+        if name and _LEASE_HEX.match(last) and entry.lease == int(last, 16):
+            by_name.setdefault(name, []).append(entry)
+    for name, entries in sorted(by_name.items()):
+        shown = [_etcd_entry(entry, holding=not i) for i, entry in enumerate(entries)]
+        snapshot.objects.append({"name": name, "kind": "etcd", "entries": shown})
+
+
+def _etcd_entry(entry: Entry, *, holding: bool) -> dict[str, Any]:
+    who = identity_in(parse_identity(entry.value))
+    record: dict[str, Any] = {
+        "key": entry.key,
+        "fence": entry.revision,  # the create revision, as a Go holder has it
+        "holding": holding,
+        "identity": who,
+        "since": None,
+        "lease": f"{entry.lease:x}",
+    }
+    if not who and entry.value:  # a candidate's value (a coord client records who)
+        record["value"] = entry.value.decode(errors="replace")
+    return record
 
 
 def _member(member: Member) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from ._common import (
     waiting,
 )
 from ._store import Store, read_options, store_options
-from .lock import GRACE, WrapsCommand, lost_how, run_holding
+from .lock import GRACE, LAYOUT, WrapsCommand, lost_how, run_holding
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -38,9 +38,15 @@ __all__ = ["elect", "leader"]
     "and --identity, as JSON).",
 )
 @GRACE
+@LAYOUT
 @store_options
 def elect(
-    store: Store, name: str, command: tuple[str, ...], value: str | None, grace: float
+    store: Store,
+    name: str,
+    command: tuple[str, ...],
+    value: str | None,
+    grace: float,
+    layout: str,
 ) -> None:
     """Run CMD only while this process leads the election NAME.
 
@@ -57,7 +63,7 @@ def elect(
     Example, on every node of a pool:
         coord elect --value "$(hostname)" scheduler -- ./run-scheduler
     """
-    run(lambda interrupt: _elect(store, name, command, value, grace, interrupt))
+    run(lambda interrupt: _elect(store, name, command, value, grace, interrupt, layout))
 
 
 async def _elect(
@@ -67,9 +73,10 @@ async def _elect(
     value: str | None,
     grace: float,
     interrupt: Interrupt,
+    layout: str = "coord",
 ) -> int:
     async with store.connect() as client:
-        election = client.election(name)
+        election = client.election(name, layout=layout)
         payload = (value or json.dumps(client.identity)).encode()
         while True:
             campaign = election.campaign(payload)
@@ -96,8 +103,9 @@ async def _campaigning(election: coord.Election) -> str:
 @click.argument("name", callback=NAME)
 @click.option("--watch", is_flag=True, help="Follow every change until Ctrl-C.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@LAYOUT
 @read_options
-def leader(store: Store, name: str, watch: bool, as_json: bool) -> None:
+def leader(store: Store, name: str, watch: bool, as_json: bool, layout: str) -> None:
     """Show who leads the election NAME: its value and term fence.
 
     Exits 1 if nobody leads (without --watch). With --watch, prints the leader, then a
@@ -106,12 +114,14 @@ def leader(store: Store, name: str, watch: bool, as_json: bool) -> None:
     "fence", "identity", "since"}}: value as text, identity the leader's host, pid and
     --identity name, since when it campaigned (Unix seconds; null if unknown).
     """
-    run(lambda _: _leader(store, name, watch=watch, as_json=as_json))
+    run(lambda _: _leader(store, name, watch=watch, as_json=as_json, layout=layout))
 
 
-async def _leader(store: Store, name: str, *, watch: bool, as_json: bool) -> int:
+async def _leader(
+    store: Store, name: str, *, watch: bool, as_json: bool, layout: str = "coord"
+) -> int:
     async with store.connect() as client:
-        election = client.election(name)
+        election = client.election(name, layout=layout)
         if not watch:
             now = await election.leader()
             _print(name, now, as_json)

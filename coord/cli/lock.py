@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from coord._locks.task_lock import TaskLock
 
-__all__ = ["GRACE", "WrapsCommand", "lock", "lost_how", "run_holding", "who_holds"]
+__all__ = ["GRACE", "LAYOUT", "WrapsCommand", "lock", "lost_how", "run_holding", "who_holds"]
 
 GRACE = click.option(
     "--grace",
@@ -33,6 +33,16 @@ GRACE = click.option(
     default=10.0,
     show_default=True,
     help="Seconds between SIGTERM and SIGKILL when the command must stop.",
+)
+
+LAYOUT = click.option(
+    "--layout",
+    type=click.Choice(["coord", "etcd"]),
+    default="coord",
+    show_default=True,
+    help="The keys' layout: 'etcd' shares NAME with `etcdctl lock NAME` / `etcdctl elect "
+    "NAME` and Go's client/v3/concurrency (etcd:// only; the name is the etcd key prefix "
+    "under the URL's namespace).",
 )
 
 
@@ -83,8 +93,11 @@ def _check_name_before_dashes(ctx: click.Context, given: list[str]) -> None:
 @click.argument("command", nargs=-1, required=True, metavar="-- CMD [ARGS]...")
 @click.option("--try", "try_", is_flag=True, help="Fail at once (exit 1) if NAME is taken.")
 @GRACE
+@LAYOUT
 @store_options
-def lock(store: Store, name: str, command: tuple[str, ...], try_: bool, grace: float) -> None:
+def lock(
+    store: Store, name: str, command: tuple[str, ...], try_: bool, grace: float, layout: str
+) -> None:
     """Run CMD while holding the mutex NAME; exit with CMD's status.
 
     Waits in FIFO order behind the holder and earlier waiters (a spinner on a terminal
@@ -100,18 +113,33 @@ def lock(store: Store, name: str, command: tuple[str, ...], try_: bool, grace: f
     coord exits 1 with one line on stderr. Ctrl-C or SIGTERM to coord is passed on to
     them, then the lock is released; the exit status is then 130 or 143.
 
+    With --layout etcd the lock is the one `etcdctl lock NAME` and Go's
+    concurrency.Mutex take: they and coord wait for each other, in the order they came.
+
     \b
     Example:
         coord lock nightly-backup -- ./backup.sh --full
+        coord lock --layout etcd nightly-backup -- ./backup.sh
     """
-    run(lambda interrupt: _lock(store, name, command, try_=try_, grace=grace, i=interrupt))
+    run(
+        lambda interrupt: _lock(
+            store, name, command, try_=try_, grace=grace, i=interrupt, layout=layout
+        )
+    )
 
 
 async def _lock(
-    store: Store, name: str, command: Sequence[str], *, try_: bool, grace: float, i: Interrupt
+    store: Store,
+    name: str,
+    command: Sequence[str],
+    *,
+    try_: bool,
+    grace: float,
+    i: Interrupt,
+    layout: str = "coord",
 ) -> int:
     async with store.connect() as client:
-        mutex = client.mutex(name)
+        mutex = client.mutex(name, layout=layout)
         if try_:
             try:
                 hold = await mutex.try_acquire()
@@ -166,4 +194,6 @@ def lost_how(command: Sequence[str], status: int | None) -> str:
 async def who_holds(lock: coord.Mutex | coord.Semaphore) -> str:
     """Who holds *lock* now (one read), for messages."""
     holders = await lock.holders()
-    return ", ".join(show_identity(h.identity) for h in holders) or "nobody"
+    # A Go peer's key records nobody: its key (<name>/<lease id>) says which session.
+    shown = [show_identity(h.identity) if h.identity else f"key {h.key}" for h in holders]
+    return ", ".join(shown) or "nobody"

@@ -32,8 +32,16 @@ RESCAN = 2.0
 @click.argument("prefix", default="")
 @click.option("--json", "as_json", is_flag=True, help="JSON for scripts (the schema is above).")
 @click.option("--watch", is_flag=True, help="Show it again at every change, until Ctrl-C.")
+@click.option(
+    "--layout",
+    type=click.Choice(["coord", "etcd"]),
+    default="coord",
+    show_default=True,
+    help="'etcd': the locks and elections of etcd's Go layout (`etcdctl lock`/`elect`, "
+    "`coord lock --layout etcd`) instead of coord's.",
+)
 @read_options
-def status(store: Store, prefix: str, as_json: bool, watch: bool) -> None:
+def status(store: Store, prefix: str, as_json: bool, watch: bool, layout: str) -> None:
     """List the mutexes, semaphores, read-write locks, elections, groups, queues and
     partitioners at or under
     PREFIX (default: everything), with who holds and who waits, in order: fence and
@@ -60,21 +68,26 @@ def status(store: Store, prefix: str, as_json: bool, watch: bool) -> None:
       partitioner: "partitions" and "generation" (of the stored assignment, or
         null), "members": [{"id", "fence", "identity", "value", "since"}] in join
         order, and "owners": [{"partition", "fence", "identity"}], the holder of
-        each partition's lock, by partition.
+        each partition's lock, by partition;
+      etcd (with --layout etcd): "entries" as for a mutex, oldest key first (the
+        holder or leader), each also with "lease" (hex) and, for a key that records
+        no identity but a value (an election's candidate), "value".
     """
-    run(lambda _: _status(store, prefix, as_json=as_json, watch=watch))
+    run(lambda _: _status(store, prefix, as_json=as_json, watch=watch, layout=layout))
 
 
-async def _status(store: Store, prefix: str, *, as_json: bool, watch: bool) -> int:
+async def _status(
+    store: Store, prefix: str, *, as_json: bool, watch: bool, layout: str = "coord"
+) -> int:
     prefix = prefix.strip("/")
     async with store.connect() as client:
         if not watch:
-            _print(await _snapshot.read(client, prefix), as_json=as_json)
+            _print(await _snapshot.read(client, prefix, layout=layout), as_json=as_json)
             return 0
         live = _live() if sys.stdout.isatty() and not as_json else None
         with live or _no_live():
             while True:
-                snapshot = await _snapshot.read(client, prefix)
+                snapshot = await _snapshot.read(client, prefix, layout=layout)
                 if live is not None:
                     live.update(_table(snapshot), refresh=True)
                 else:
@@ -156,6 +169,8 @@ def _age(entry: dict[str, Any]) -> str:
 def _who(entry: dict[str, Any]) -> str:
     """Who registered *entry*, and the value it gave (a candidate's, a member's)."""
     value = repr(entry["value"]) if "value" in entry else ""
+    if "lease" in entry:  # the etcd layout: which session (a Go peer records nobody)
+        value = f"lease {entry['lease']}  {value}".rstrip()
     if not entry.get("identity"):
         return value or "unknown"
     who = show_identity(entry["identity"])
@@ -229,6 +244,14 @@ async def _changed(client: coord.Client, snapshot: _snapshot.Snapshot) -> None:
                 if await backend.names(snapshot.prefix) != snapshot.names:
                     tg.cancel_scope.cancel()
 
+        async def keys(revision: int) -> None:  # the etcd layout's: any key under it
+            start = snapshot.prefix and snapshot.prefix + "/"
+            await backend.wait_keys_changed(start, revision=revision)
+            tg.cancel_scope.cancel()
+
         for prefix, revision in snapshot.revisions.items():
             tg.start_soon(watch, prefix, revision)
-        tg.start_soon(rescan)
+        if snapshot.etcd_revision is None:
+            tg.start_soon(rescan)
+        else:
+            tg.start_soon(keys, snapshot.etcd_revision)

@@ -93,6 +93,9 @@ class EtcdBackend(Backend):
     cheap_abandon = True
     #: etcd's own limit (``MaxLeaseTTL``, about 285 years).
     max_ttl: float = 9_000_000_000.0
+    #: coord's own layout, and that of etcd's Go ``client/v3/concurrency`` (its
+    #: ``Mutex`` and ``Election``, ``etcdctl lock`` and ``etcdctl elect``).
+    layouts = frozenset({"coord", "etcd"})
     #: etcd's ``--max-request-bytes`` is 1.5 MiB (1,572,864) by default; a request is
     #: measured as the gRPC message sent (a Txn's compares, puts and reads).
     max_request_size: int = 1_500_000
@@ -412,9 +415,12 @@ class EtcdBackend(Backend):
         ).stop
 
     async def wait_changed(self, entry: Entry, *, revision: int) -> None:
+        await self._any_event(self._key(entry.key), b"", revision)
+
+    async def _any_event(self, key: bytes, end: bytes, revision: int) -> None:
         # Every event after the read counts (puts too); a compacted start revision
         # returns at once: the caller reads again, at a newer revision.
-        watch = await self._watches.open(self._key(entry.key), start_revision=revision + 1)
+        watch = await self._watches.open(key, end, start_revision=revision + 1)
         try:
             await watch.notify.wait()
             if watch.error is not None and not isinstance(watch.error, WatchCompacted):
@@ -621,6 +627,37 @@ class EtcdBackend(Backend):
         reply = await self._conn.call("list", lambda c: c.kv.Range, request)
         keys = _decoded(bytes(kv.key)[len(self._root) :] for kv in entries_of(reply.kvs))
         return _keys.names_of(keys, prefix)
+
+    # -- the Go layout (client/v3/concurrency: mutex.go, election.go, key.go) ------------
+
+    async def keys_by_creation(
+        self,
+        prefix: str,
+        *,
+        limit: int | None = None,
+        newest_first: bool = False,
+        created_before: int | None = None,
+    ) -> Listing:
+        start, end = self._range_of(prefix)
+        request = rpc.RangeRequest(
+            key=start,
+            range_end=end,
+            sort_order=_DESCEND if newest_first else _ASCEND,
+            sort_target=_BY_CREATE,
+            limit=limit or 0,
+            max_create_revision=max((created_before or 0) - 1, 0),
+        )
+        reply = await self._conn.call("list", lambda c: c.kv.Range, request)
+        return Listing(tuple(map(self._entry, reply.kvs)), reply.header.revision)
+
+    async def wait_keys_changed(self, prefix: str, *, revision: int) -> None:
+        await self._any_event(*self._range_of(prefix), revision)
+
+    def _range_of(self, prefix: str) -> tuple[bytes, bytes]:
+        """Every key that starts with *prefix* (``""``: the namespace's; with no
+        namespace either, the whole keyspace, which etcd spells "\\0" to "\\0")."""
+        start = self._key(prefix) if prefix else self._root
+        return (start, range_end(start)) if start else (b"\0", b"\0")
 
     @asynccontextmanager
     async def watch(self, prefix: str, *, revision: int) -> AsyncIterator[AsyncIterator[Change]]:
