@@ -10,7 +10,10 @@ What it speaks: the HTTP/2 framing of RFC 9113 that a gRPC client needs (HEADERS
 CONTINUATION, DATA, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE, with flow control
 both ways), HPACK (RFC 7541: requests as literals without indexing, so the encoder keeps
 no state; responses decoded with the ``hpack`` package) and gRPC's length-prefixed
-messages and status trailers. TLS (ALPN ``h2``) comes from :mod:`ssl`.
+messages and status trailers. TLS (ALPN ``h2``) comes from :mod:`ssl`. The server's
+bytes are cut into frames and checked by :mod:`._frames` (no I/O); what needs the
+connection's state (stream ids, windows, the PING in flight) is checked here. Any break of
+the rules is a connection error: the connection is dropped, its calls fail as UNAVAILABLE.
 
 Its calls look like grpc.aio's to their users (aetcd's generated stubs make them through
 :meth:`Channel.unary_unary` and :meth:`Channel.stream_stream`): a unary call is awaited
@@ -39,6 +42,34 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import hpack
 
+from ._frames import (
+    ACK,
+    CONTINUATION,
+    DATA,
+    DEFAULT_WINDOW,
+    END_HEADERS,
+    END_STREAM,
+    GOAWAY,
+    HEADERS,
+    MAX_FRAME,
+    MAX_HEADER_BLOCK,
+    MAX_WINDOW,
+    PADDED,
+    PING,
+    RST_STREAM,
+    SETTING_ENABLE_PUSH,
+    SETTING_HEADER_TABLE_SIZE,
+    SETTING_INITIAL_WINDOW,
+    SETTING_MAX_CONCURRENT,
+    SETTING_MAX_FRAME,
+    SETTING_MAX_HEADER_LIST,
+    SETTINGS,
+    WINDOW_UPDATE,
+    FrameBuffer,
+    ProtocolError,
+    frame,
+)
+
 if TYPE_CHECKING:
     import ssl
     from collections.abc import Callable, Sequence
@@ -51,19 +82,13 @@ _log = logging.getLogger("coord.backends.etcd")
 EOF = grpc.aio.EOF
 
 _PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-_DATA, _HEADERS, _PRIORITY, _RST_STREAM, _SETTINGS = 0, 1, 2, 3, 4
-_PUSH_PROMISE, _PING, _GOAWAY, _WINDOW_UPDATE, _CONTINUATION = 5, 6, 7, 8, 9
-_END_STREAM, _ACK, _END_HEADERS, _PADDED, _PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
 _REFUSED_STREAM = 7
-_HEADER_TABLE_SIZE, _ENABLE_PUSH, _MAX_CONCURRENT = 1, 2, 3
-_INITIAL_WINDOW, _MAX_FRAME = 4, 5
 _CANCEL = 8
 #: The largest flow-control window (RFC 9113, 6.9.1): what we grant, so the server never
 #: waits for us; topped up once a sixteenth of it was received.
-_WINDOW = 2**31 - 1
+_WINDOW = MAX_WINDOW
 _TOP_UP = 2**27
-_DEFAULT_WINDOW = 65_535
-_DEFAULT_FRAME = 16_384
+_DEFAULT_FRAME = MAX_FRAME
 _MAX_STREAM_ID = 2**31 - 1
 #: Seconds a closing channel waits for its connections' transports to close.
 _CLOSE_WAIT = 0.5
@@ -111,10 +136,6 @@ class RpcError(grpc.aio.AioRpcError):  # type: ignore[misc]
 
     def __init__(self, code: grpc.StatusCode, details: str) -> None:
         super().__init__(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
-
-
-def _frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
-    return struct.pack(">IBBI", len(payload), kind, flags, stream_id)[1:] + payload
 
 
 def _string(value: bytes) -> bytes:
@@ -179,18 +200,15 @@ class _Connection(asyncio.Protocol):
     def __init__(self, channel: Channel) -> None:
         self._channel = channel
         self._transport: asyncio.Transport | None = None
-        self._buffer = bytearray()
+        self._frames = FrameBuffer()
         self._streams: dict[int, _Stream] = {}
         self._next_id = 1
         self._decoder = hpack.Decoder()
         # Header blocks decoded with the table as it is: etcd's replies repeat the same
         # few blocks (indexed fields), and decoding them is a third of a reply's cost.
         self._decoded: dict[bytes, dict[bytes, bytes]] = {}
-        self._block: bytearray | None = None  # a header block awaiting CONTINUATION
-        self._block_stream = 0
-        self._block_end = False
-        self._send_window = _DEFAULT_WINDOW
-        self._initial_window = _DEFAULT_WINDOW  # each new stream's, as the server says
+        self._send_window = DEFAULT_WINDOW
+        self._initial_window = DEFAULT_WINDOW  # each new stream's, as the server says
         self._max_frame = _DEFAULT_FRAME
         self._max_streams = 2**31
         self._queued: deque[tuple[_Call, bytes, bytes | None]] = deque()  # over the limit
@@ -203,6 +221,8 @@ class _Connection(asyncio.Protocol):
         self._stall: asyncio.TimerHandle | None = None
         self._ping: asyncio.TimerHandle | None = None
         self._ping_due: asyncio.TimerHandle | None = None
+        self._pings = 0
+        self._ping_sent = b""  # the payload of the PING in flight (see _pinged)
         self.error: RpcError | None = None  # set once the connection is lost
         self.draining = False  # GOAWAY received: no new streams
         #: Resolved when the transport is closed (a TLS one says goodbye first).
@@ -214,12 +234,20 @@ class _Connection(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
         settings = struct.pack(
-            ">HIHIHI", _ENABLE_PUSH, 0, _INITIAL_WINDOW, _WINDOW, _HEADER_TABLE_SIZE, 4096
+            ">HIHIHIHI",
+            SETTING_ENABLE_PUSH,
+            0,
+            SETTING_INITIAL_WINDOW,
+            _WINDOW,
+            SETTING_HEADER_TABLE_SIZE,
+            4096,
+            SETTING_MAX_HEADER_LIST,
+            MAX_HEADER_BLOCK,
         )
         transport.write(
             _PREFACE
-            + _frame(_SETTINGS, 0, 0, settings)
-            + _frame(_WINDOW_UPDATE, 0, 0, struct.pack(">I", _WINDOW - _DEFAULT_WINDOW))
+            + frame(SETTINGS, 0, 0, settings)
+            + frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", _WINDOW - DEFAULT_WINDOW))
         )
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -294,14 +322,12 @@ class _Connection(asyncio.Protocol):
         self._next_id += 2
         self._streams[sid] = stream
         if len(block) <= self._max_frame:
-            headers = _frame(_HEADERS, _END_HEADERS, sid, block)
+            headers = frame(HEADERS, END_HEADERS, sid, block)
         else:
             chunks = [block[i : i + self._max_frame] for i in range(0, len(block), self._max_frame)]
-            out = [_frame(_HEADERS, 0, sid, chunks[0])]
+            out = [frame(HEADERS, 0, sid, chunks[0])]
             for i, chunk in enumerate(chunks[1:], 2):
-                out.append(
-                    _frame(_CONTINUATION, _END_HEADERS if i == len(chunks) else 0, sid, chunk)
-                )
+                out.append(frame(CONTINUATION, END_HEADERS if i == len(chunks) else 0, sid, chunk))
             headers = b"".join(out)
         if body is not None and len(body) <= min(
             self._send_window, stream.send_window, self._max_frame
@@ -309,7 +335,7 @@ class _Connection(asyncio.Protocol):
             self._send_window -= len(body)
             stream.send_window -= len(body)
             stream.ended_local = True
-            self._transport.write(headers + _frame(_DATA, _END_STREAM, sid, body))
+            self._transport.write(headers + frame(DATA, END_STREAM, sid, body))
             if self._held_since is not None:
                 self._progressed()
         else:
@@ -339,7 +365,7 @@ class _Connection(asyncio.Protocol):
         assert self._transport is not None
         self._send_window -= len(data)
         stream.send_window -= len(data)
-        self._transport.write(_frame(_DATA, _END_STREAM if end else 0, stream.id, data))
+        self._transport.write(frame(DATA, END_STREAM if end else 0, stream.id, data))
         stream.ended_local = stream.ended_local or end
         if self._held_since is not None:
             self._progressed()
@@ -360,7 +386,7 @@ class _Connection(asyncio.Protocol):
                 self._send_window -= len(chunk)
                 stream.send_window -= len(chunk)
                 last = end and not rest
-                self._transport.write(_frame(_DATA, _END_STREAM if last else 0, stream.id, chunk))
+                self._transport.write(frame(DATA, END_STREAM if last else 0, stream.id, chunk))
                 sent = True
                 if rest:
                     stream.pending[0] = (rest, end, done)
@@ -381,7 +407,7 @@ class _Connection(asyncio.Protocol):
         self._blocked.pop(stream, None)
         _unblock(stream)
         if self._transport is not None and self.error is None:
-            self._transport.write(_frame(_RST_STREAM, 0, stream.id, struct.pack(">I", _CANCEL)))
+            self._transport.write(frame(RST_STREAM, 0, stream.id, struct.pack(">I", _CANCEL)))
         self._drained()
 
     def _drained(self) -> None:
@@ -484,7 +510,9 @@ class _Connection(asyncio.Protocol):
         if self.error is not None or not self._streams:
             return  # nothing waits on this connection: ping when something does
         assert self._transport is not None
-        self._transport.write(_frame(_PING, 0, 0, b"\0" * 8))
+        self._pings += 1
+        self._ping_sent = self._pings.to_bytes(8, "big")
+        self._transport.write(frame(PING, 0, 0, self._ping_sent))
         loop = asyncio.get_running_loop()
         self._ping_due = loop.call_later(self._channel.keepalive_timeout, self._ping_unanswered)
 
@@ -495,69 +523,62 @@ class _Connection(asyncio.Protocol):
     # -- receiving ------------------------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
-        buffer = self._buffer
-        buffer += data
-        pos, size = 0, len(buffer)
         try:
-            while size - pos >= 9:
-                length = int.from_bytes(buffer[pos : pos + 3], "big")
-                end = pos + 9 + length
-                if end > size:
-                    break
-                kind, flags = buffer[pos + 3], buffer[pos + 4]
-                sid = int.from_bytes(buffer[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
-                payload = bytes(buffer[pos + 9 : end])
-                pos = end
-                if self._block is not None and kind != _CONTINUATION:
-                    raise _ProtocolError("a header block was interrupted")
-                if kind == _DATA:
+            for kind, flags, sid, payload in self._frames.feed(data):
+                if kind == DATA:
                     self._data(sid, flags, payload)
-                elif kind == _HEADERS:
-                    self._headers(sid, flags, payload)
-                elif kind == _CONTINUATION:
-                    self._continuation(sid, flags, payload)
-                elif kind == _RST_STREAM:
+                elif kind == HEADERS:
+                    self._header_block(sid, payload, bool(flags & END_STREAM))
+                elif kind == RST_STREAM:
                     self._reset_by_peer(sid, payload)
-                elif kind == _SETTINGS:
+                elif kind == SETTINGS:
                     self._settings(flags, payload)
-                elif kind == _PING:
+                elif kind == PING:
                     self._pinged(flags, payload)
-                elif kind == _GOAWAY:
+                elif kind == GOAWAY:
                     self._goaway(payload)
-                elif kind == _WINDOW_UPDATE:
+                elif kind == WINDOW_UPDATE:
                     self._window_update(sid, payload)
-                # PRIORITY, PUSH_PROMISE (refused by our settings) and unknown: ignored
                 if self.error is not None:
                     return
-        except (_ProtocolError, hpack.HPACKError, ValueError, IndexError) as exc:
+        except (ProtocolError, hpack.HPACKError, ValueError) as exc:
             self.abort(f"etcd sent what HTTP/2 does not allow: {exc}")
-            return
         finally:
             if self._to_answer and self.error is None:
                 self._send_answers()
-        del buffer[:pos]
+
+    def _stream(self, sid: int) -> _Stream | None:
+        """The open stream *sid*, or None if it is closed (its frames are ignored: RFC
+        9113, 5.1, lets them arrive after we reset it).
+
+        :raises ProtocolError: if *sid* is one we never opened: an even one (the server's,
+            and we disabled push) or one past the last we opened (idle)
+        """
+        stream = self._streams.get(sid)
+        if stream is None and (not sid & 1 or sid >= self._next_id):
+            raise ProtocolError(f"a frame on stream {sid}, which the client never opened")
+        return stream
 
     def _grant(self, stream: _Stream | None, n: int) -> None:
         """Give back *n* bytes of flow-control window once a share was used."""
         assert self._transport is not None
         self._unacked += n
         if self._unacked >= _TOP_UP:
-            self._transport.write(_frame(_WINDOW_UPDATE, 0, 0, struct.pack(">I", self._unacked)))
+            self._transport.write(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", self._unacked)))
             self._unacked = 0
         if stream is not None:
             stream.unacked += n
             if stream.unacked >= _TOP_UP:
                 self._transport.write(
-                    _frame(_WINDOW_UPDATE, 0, stream.id, struct.pack(">I", stream.unacked))
+                    frame(WINDOW_UPDATE, 0, stream.id, struct.pack(">I", stream.unacked))
                 )
                 stream.unacked = 0
 
     def _data(self, sid: int, flags: int, payload: bytes) -> None:
-        size = len(payload)
-        if flags & _PADDED:
-            payload = payload[1 : size - payload[0]]
-        stream = self._streams.get(sid)
-        self._grant(stream, size)
+        stream = self._stream(sid)
+        self._grant(stream, len(payload))  # padding counts for flow control (RFC 9113, 6.1)
+        if flags & PADDED:  # its length was checked (the frame buffer)
+            payload = payload[1 : len(payload) - payload[0]]
         if stream is None:
             return  # reset by us: its data still counts for the connection's window
         received = stream.received
@@ -584,29 +605,9 @@ class _Connection(asyncio.Protocol):
             del received[: stream.message]
             stream.message = 0
             stream.call._message(message)
-        if flags & _END_STREAM:
+        if flags & END_STREAM:
             # No trailers: gRPC always sends them; a server that does not is not gRPC.
             self._end_stream(stream, grpc.StatusCode.INTERNAL, "the stream ended without a status")
-
-    def _headers(self, sid: int, flags: int, payload: bytes) -> None:
-        if flags & _PADDED:
-            payload = payload[1 : len(payload) - payload[0]]
-        if flags & _PRIORITY_FLAG:
-            payload = payload[5:]
-        if flags & _END_HEADERS:
-            self._header_block(sid, payload, bool(flags & _END_STREAM))
-        else:
-            self._block = bytearray(payload)
-            self._block_stream = sid
-            self._block_end = bool(flags & _END_STREAM)
-
-    def _continuation(self, sid: int, flags: int, payload: bytes) -> None:
-        if self._block is None or sid != self._block_stream:
-            raise _ProtocolError("CONTINUATION without HEADERS")
-        self._block += payload
-        if flags & _END_HEADERS:
-            block, self._block = bytes(self._block), None
-            self._header_block(sid, block, self._block_end)
 
     def _fields(self, block: bytes) -> dict[bytes, bytes]:
         """The fields of the header block *block*, decoded always (the dynamic table must
@@ -627,8 +628,8 @@ class _Connection(asyncio.Protocol):
         return fields
 
     def _header_block(self, sid: int, block: bytes, end: bool) -> None:
-        fields = self._fields(block)
-        stream = self._streams.get(sid)
+        fields = self._fields(block)  # first: the dynamic table follows every block
+        stream = self._stream(sid)
         if stream is None:
             return
         if not stream.headers_seen:
@@ -658,14 +659,14 @@ class _Connection(asyncio.Protocol):
         _unblock(stream)
         if not stream.ended_local and self._transport is not None:
             # Ended by the server before we were done sending: tell it we stop too.
-            self._transport.write(_frame(_RST_STREAM, 0, stream.id, struct.pack(">I", _CANCEL)))
+            self._transport.write(frame(RST_STREAM, 0, stream.id, struct.pack(">I", _CANCEL)))
         stream.call._ended(code, details)
         self._drained()
 
     def _reset_by_peer(self, sid: int, payload: bytes) -> None:
-        stream = self._streams.pop(sid, None)
-        if stream is None:
+        if self._stream(sid) is None:
             return
+        stream = self._streams.pop(sid)
         self._blocked.pop(stream, None)
         _unblock(stream)
         error = int.from_bytes(payload[:4], "big")
@@ -678,29 +679,34 @@ class _Connection(asyncio.Protocol):
 
     def _settings(self, flags: int, payload: bytes) -> None:
         assert self._transport is not None
-        if flags & _ACK:
+        if flags & ACK:
             return
-        for i in range(0, len(payload) - 5, 6):
-            key, value = struct.unpack_from(">HI", payload, i)
-            if key == _INITIAL_WINDOW:
+        for key, value in struct.iter_unpack(">HI", payload):  # ranges checked (frames)
+            if key == SETTING_INITIAL_WINDOW:
                 delta = value - self._initial_window
                 self._initial_window = value
                 for stream in self._streams.values():
                     stream.send_window += delta
-            elif key == _MAX_FRAME:
+                    if stream.send_window > MAX_WINDOW:  # RFC 9113, 6.9.2
+                        raise ProtocolError("SETTINGS_INITIAL_WINDOW_SIZE overflows a window")
+            elif key == SETTING_MAX_FRAME:
                 self._max_frame = value
-            elif key == _MAX_CONCURRENT:
+            elif key == SETTING_MAX_CONCURRENT:
                 self._max_streams = value
                 self._start_queued()
-        self._answer(_frame(_SETTINGS, _ACK, 0))
+        self._answer(frame(SETTINGS, ACK, 0))
         if self._blocked and self.error is None:
             self._flush()
 
     def _pinged(self, flags: int, payload: bytes) -> None:
         assert self._transport is not None
-        if not flags & _ACK:
-            self._answer(_frame(_PING, _ACK, 0, payload))
+        if not flags & ACK:
+            self._answer(frame(PING, ACK, 0, payload))
             return
+        if self._ping_due is None or payload != self._ping_sent:
+            # An answer to a PING we did not send (RFC 9113, 6.7: it must echo ours): a
+            # server that acknowledges what it never received cannot be trusted to be live.
+            raise ProtocolError("a PING acknowledgement for a PING never sent")
         if self._ping_due is not None:
             self._ping_due.cancel()
             self._ping_due = None
@@ -719,20 +725,20 @@ class _Connection(asyncio.Protocol):
         self._drained()
 
     def _window_update(self, sid: int, payload: bytes) -> None:
-        increment = int.from_bytes(payload[:4], "big") & 0x7FFFFFFF
+        increment = int.from_bytes(payload, "big") & 0x7FFFFFFF  # not 0 (frames)
         if sid == 0:
             self._send_window += increment
+            window = self._send_window
         else:
-            stream = self._streams.get(sid)
+            stream = self._stream(sid)
             if stream is None:
                 return
             stream.send_window += increment
+            window = stream.send_window
+        if window > MAX_WINDOW:  # RFC 9113, 6.9.1
+            raise ProtocolError(f"a WINDOW_UPDATE past 2^31-1 on stream {sid}")
         if self._blocked:
             self._flush()
-
-
-class _ProtocolError(Exception):
-    pass
 
 
 def _unblock(stream: _Stream) -> None:
