@@ -18,7 +18,7 @@ from aetcd import rpc
 
 from coord import BackendUnavailable
 from coord.backends.etcd._connection import Connection
-from coord.backends.etcd._grpc._http2 import Channel, RpcError
+from coord.backends.etcd._grpc import Channel, RpcError
 
 from ._h2_script import (
     CONTINUATION,
