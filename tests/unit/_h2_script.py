@@ -30,6 +30,21 @@ def h2(
     return size.to_bytes(3, "big") + bytes((kind, flags)) + sid.to_bytes(4, "big") + payload
 
 
+def mutated(data: bytes, mutations: list[tuple[int, int, str]]) -> bytes:
+    """*data* with bytes flipped (``f``), inserted (``i``) or deleted (``d``): each
+    mutation is ``(where, value, how)``, *where* taken modulo the length (for fuzzing)."""
+    out = bytearray(data)
+    for at, value, how in mutations:
+        at %= len(out) + 1
+        if how == "f" and at < len(out):
+            out[at] ^= value or 1
+        elif how == "i":
+            out[at:at] = bytes((value,))
+        elif out:
+            del out[at % len(out)]
+    return bytes(out)
+
+
 def reply(sid: int, message: bytes | None = None) -> bytes:
     """A whole, well-formed gRPC reply on stream *sid*: headers, one message, trailers."""
     encoder = hpack.Encoder()

@@ -17,10 +17,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from coord.backends.etcd._grpc import Channel
-from coord.backends.etcd._grpc._connection import Caller, _Connection, _Stream
+from coord.backends.etcd._grpc._connection import _Connection
 from coord.backends.etcd._grpc._frames import MAX_FRAME, MAX_HEADER_BLOCK
+from coord.backends.etcd._grpc._link import Caller, _Link, _Stream
 
-from ._h2_script import DATA, GOAWAY, HEADERS, PING, RST_STREAM, SETTINGS, WINDOW_UPDATE, h2
+from ._h2_script import (
+    DATA,
+    GOAWAY,
+    HEADERS,
+    PING,
+    RST_STREAM,
+    SETTINGS,
+    WINDOW_UPDATE,
+    h2,
+    mutated,
+)
 
 FUZZ = settings(
     max_examples=200,
@@ -57,7 +68,7 @@ class _Probe(Caller):
         self.ends = 0
         self.messages = 0
 
-    def _begin(self, conn: _Connection, block: bytes, body: bytes | None) -> None:
+    def _begin(self, conn: _Link, block: bytes, body: bytes | None) -> None:
         raise AssertionError("a probe is started by the test")
 
     def _on_stream(self, stream: _Stream) -> None:
@@ -104,19 +115,6 @@ _PIECES = st.one_of(
 )
 
 
-def _mutated(pieces: list[bytes], mutations: list[tuple[int, int, str]]) -> bytes:
-    data = bytearray(b"".join(pieces))
-    for at, value, how in mutations:
-        at %= len(data) + 1
-        if how == "f" and at < len(data):
-            data[at] ^= value or 1
-        elif how == "i":
-            data[at:at] = bytes((value,))
-        elif data:
-            del data[at % len(data)]
-    return bytes(data)
-
-
 async def _feed(data: bytes, cut: int) -> None:
     conn = _Connection(Channel("127.0.0.1", 1))
     transport = _Transport()
@@ -154,7 +152,7 @@ def _closed() -> Any:
 def test_the_connection_acts_on_bytes_or_drops_itself(
     pieces: list[bytes], mutations: list[tuple[int, int, str]], cut: int
 ) -> None:
-    data = _mutated(pieces, mutations)
+    data = mutated(b"".join(pieces), mutations)
     asyncio.run(_feed(data, cut % (len(data) + 1)))
 
 

@@ -34,6 +34,8 @@ from coord.backends.etcd._grpc._frames import (
     frame,
 )
 
+from ._h2_script import mutated
+
 FUZZ = settings(
     max_examples=300,
     deadline=1000,
@@ -120,17 +122,9 @@ def test_mutated_frames_give_frames_or_a_protocol_error(
     cuts: list[int],
 ) -> None:
     """Bytes flipped, inserted or deleted anywhere (headers, lengths, flags, ids)."""
-    data = bytearray(b"".join(frame(*f) for f in frames))
-    for at, value, how in mutations:
-        at %= len(data) + 1
-        if how == "f" and at < len(data):
-            data[at] ^= value or 1
-        elif how == "i":
-            data[at:at] = bytes((value,))
-        elif data:
-            del data[at % len(data)]
+    data = mutated(b"".join(frame(*f) for f in frames), mutations)
     try:
-        _feed_all(_cut(bytes(data), cuts))
+        _feed_all(_cut(data, cuts))
     except ProtocolError:
         pass
 

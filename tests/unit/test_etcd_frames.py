@@ -223,3 +223,29 @@ async def test_resets_of_closed_streams_are_ignored() -> None:
             assert script.connections == 1
         finally:
             await channel.close()
+
+
+async def test_a_message_over_the_receive_limit_ends_its_call_not_the_connection() -> None:
+    """A reply whose gRPC length prefix says 2^32-1 bytes (the limit here: 1 KiB) ends
+    that call as RESOURCE_EXHAUSTED as soon as the prefix arrives, nothing of it is
+    buffered, and the stream is reset; gRPC's rule for one oversized message, which may be
+    a legitimate reply too large for the client, so the connection goes on serving."""
+
+    def answer(sid: int) -> bytes:
+        if sid != 1:
+            return reply(sid)
+        whole = reply(sid)
+        headers = whole[: 9 + int.from_bytes(whole[:3], "big")]
+        return headers + h2(DATA, 0, sid, b"\0\xff\xff\xff\xff")
+
+    async with scripted(answer) as (port, script):
+        channel = Channel("127.0.0.1", port, max_receive=1024)
+        try:
+            with anyio.fail_after(2), pytest.raises(RpcError) as info:
+                await _range(channel)
+            assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            with anyio.fail_after(2):
+                assert await _range(channel) == rpc.RangeResponse()
+            assert script.connections == 1
+        finally:
+            await channel.close()

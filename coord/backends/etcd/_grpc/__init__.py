@@ -3,7 +3,9 @@ of ``grpc.aio`` that the etcd backend uses (unary calls and bidirectional stream
 asyncio protocol, under aetcd's generated stubs.
 
 One concern per module: ``_frames`` cuts and checks the server's frames (no I/O);
-``_connection`` is one HTTP/2 connection (streams, flow control, keepalive);
+``_link`` is what one HTTP/2 connection sends (streams, flow control both ways,
+keepalive, the stall clock) and ``_connection`` what it receives (frames checked against
+its state, HPACK, gRPC messages);
 ``_calls`` the unary and stream calls; ``_channel`` connects and reconnects;
 ``_encode`` and ``_status`` are what is sent and how calls end.
 
@@ -18,7 +20,7 @@ both ways), HPACK (RFC 7541: requests as literals without indexing, so the encod
 no state; responses decoded with the ``hpack`` package) and gRPC's length-prefixed
 messages and status trailers. TLS (ALPN ``h2``) comes from :mod:`ssl`. The server's
 bytes are cut into frames and checked by :mod:`._frames` (no I/O); what needs the
-connection's state (stream ids, windows, the PING in flight) is checked here. Any break of
+connection's state (stream ids, windows, the PING in flight) by ``_connection``. Any break of
 the rules is a connection error: the connection is dropped, its calls fail as UNAVAILABLE.
 
 Its calls look like grpc.aio's to their users (aetcd's generated stubs make them through
@@ -32,9 +34,10 @@ the next moment fail at once, as gRPC's do in its transient failure). While stre
 open it pings the server every *keepalive* seconds and drops a connection whose ping is
 not answered in time: a paused or partitioned member fails its calls instead of hanging.
 Writes wait while the transport is paused (its buffer full: the server does not read);
-answers to a flood of PING or SETTINGS frames are refused (:data:`_MAX_ANSWERS`), and a
+answers to a flood of PING or SETTINGS frames are refused (``_link._MAX_ANSWERS``), and a
 connection on which nothing can be sent for *stall_timeout* is dropped (see
-``_Connection._hold``).
+``_link._Link._hold``). Each stream's receive window is given back as its reader takes
+the replies (``_link._Link.credit``): a reader that stops holds at most a window.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from ._connection import Caller, Dialer, _Connection, _Stream
 from ._encode import grpc_message
+from ._link import Caller, Dialer, _Link, _Stream
 from ._status import EOF, OK, RpcError
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ class _Call(Caller):
 
     def __init__(self, channel: Dialer) -> None:
         self._channel = channel
-        self._conn: _Connection | None = None
+        self._conn: _Link | None = None
         self._stream: _Stream | None = None
         self._code: grpc.StatusCode | None = None
         self._details = ""
@@ -58,7 +58,7 @@ class _Call(Caller):
         channel keeps the call until then, and ends it if it cannot connect)."""
         self._channel._wait(self, block, body)
 
-    def _begin(self, conn: _Connection, block: bytes, body: bytes | None) -> None:
+    def _begin(self, conn: _Link, block: bytes, body: bytes | None) -> None:
         if self._code is not None:
             return  # cancelled (or timed out) while it waited for the connection
         if conn.error is not None:  # lost while we waited for our turn to run

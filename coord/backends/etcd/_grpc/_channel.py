@@ -13,9 +13,10 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from ._calls import StreamCall, UnaryCall
-from ._connection import Caller, Dialer, _Connection
+from ._connection import _Connection
 from ._encode import grpc_message, literal, literal_named, string
 from ._frames import MAX_WINDOW
+from ._link import Caller, Dialer, _Link
 from ._status import UNAVAILABLE, RpcError
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ class Channel(Dialer):
     :param max_receive: the largest message accepted
     :param stall_timeout: seconds something may wait to be sent (on the server's flow
         control or stream limit, or for it to read) while nothing at all goes out, before
-        the connection is dropped (its calls fail as UNAVAILABLE; see ``_Connection._hold``)
+        the connection is dropped (its calls fail as UNAVAILABLE; see ``_Link._hold``)
     :param stream_window: each stream's flow-control window (SETTINGS_INITIAL_WINDOW_SIZE):
         the most a server sends on a stream ahead of its reader. 16 MiB by default: a
         reply of up to 8 MiB comes without waiting for a WINDOW_UPDATE, and a watch
@@ -260,7 +261,7 @@ class Channel(Dialer):
         self._connecting = None
         self._release_waiting(conn, None)
 
-    def _lost(self, conn: _Connection, *, gone: bool = False) -> None:
+    def _lost(self, conn: _Link, *, gone: bool = False) -> None:
         """*conn* takes no more calls (lost, or going away; *gone*: closed)."""
         if self._conn is conn:
             self._conn = None
