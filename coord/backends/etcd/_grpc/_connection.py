@@ -93,17 +93,20 @@ class _Connection(_Link):
         return stream
 
     def _data(self, sid: int, flags: int, payload: bytes) -> None:
-        stream = self._stream(sid)
+        stream = self._streams.get(sid)
         size = len(payload)  # padding counts for flow control (RFC 9113, 6.1)
         self._grant(size)
         if stream is None:
-            return  # reset by us: its data still counts for the connection's window
+            self._stream(sid)  # never opened: refused; else reset by us: ignored, but
+            return  # its data still counts for the connection's window
         if flags & PADDED:  # its length was checked (the frame buffer)
             payload = payload[1 : size - payload[0]]
         held = self._messages(stream, payload)
         if held < 0:
             return  # the stream ended (a message refused)
-        self.credit(stream, size - held)
+        stream.unacked += size - held
+        if stream.unacked >= self._half_window:
+            self.credit(stream, 0)
         if flags & END_STREAM:
             # No trailers: gRPC always sends them; a server that does not is not gRPC.
             self._end_stream(stream, grpc.StatusCode.INTERNAL, "the stream ended without a status")
@@ -162,7 +165,7 @@ class _Connection(_Link):
 
     def _header_block(self, sid: int, block: bytes, end: bool) -> None:
         fields = self._fields(block)  # first: the dynamic table follows every block
-        stream = self._stream(sid)
+        stream = self._streams.get(sid) or self._stream(sid)
         if stream is None:
             return
         if not stream.headers_seen:

@@ -70,6 +70,10 @@ DEFAULT_WINDOW: Final = 65_535
 MAX_HEADER_BLOCK: Final = 65_536
 
 _HEADER = struct.Struct(">IBBI")
+#: A frame's header as read: its length in two parts (24 bits), type, flags, stream id.
+_HEAD = struct.Struct(">BHBBI")
+#: Flags that take a DATA or HEADERS frame off the fast path of :meth:`FrameBuffer.feed`.
+_OFF_FAST_PATH = PADDED | PRIORITY_FLAG
 
 
 class ProtocolError(Exception):
@@ -108,34 +112,42 @@ class FrameBuffer:
             then unusable: the frames before it are not returned, nothing stays buffered)
         """
         buffer = self._buffer
-        buffer += data
+        if buffer:
+            buffer += data
+            view: bytes | bytearray = buffer
+        else:
+            view = data  # the usual case: no copy of what came whole
+        pos, size = 0, len(view)
+        frames: list[tuple[int, int, int, bytes]] = []
         try:
-            frames, pos = self._frames(buffer)
+            while size - pos >= 9:
+                high, low, kind, flags, sid = _HEAD.unpack_from(view, pos)
+                length = high << 16 | low
+                if length > MAX_FRAME:
+                    raise ProtocolError(f"a frame of {length:,} bytes (at most {MAX_FRAME:,})")
+                end = pos + 9 + length
+                if end > size:
+                    break
+                sid &= 0x7FFFFFFF
+                payload = bytes(view[pos + 9 : end])
+                pos = end
+                if sid and self._block is None and not flags & _OFF_FAST_PATH and kind <= HEADERS:
+                    # DATA, or a whole header block, unpadded: most frames, nothing to check.
+                    if kind == DATA or flags & END_HEADERS:
+                        frames.append((kind, flags, sid, payload))
+                        continue
+                checked = self._checked(kind, flags, sid, payload)
+                if checked is not None:
+                    frames.append(checked)
         except ProtocolError:
             buffer.clear()  # unusable now: hold nothing more
             self._block = None
             raise
-        del buffer[:pos]
+        if view is buffer:
+            del buffer[:pos]
+        elif pos < size:
+            buffer += view[pos:]
         return frames
-
-    def _frames(self, buffer: bytearray) -> tuple[list[tuple[int, int, int, bytes]], int]:
-        pos, size = 0, len(buffer)
-        frames: list[tuple[int, int, int, bytes]] = []
-        while size - pos >= 9:
-            length = int.from_bytes(buffer[pos : pos + 3], "big")
-            if length > MAX_FRAME:
-                raise ProtocolError(f"a frame of {length:,} bytes (at most {MAX_FRAME:,})")
-            end = pos + 9 + length
-            if end > size:
-                break
-            kind, flags = buffer[pos + 3], buffer[pos + 4]
-            sid = int.from_bytes(buffer[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
-            payload = bytes(buffer[pos + 9 : end])
-            pos = end
-            checked = self._checked(kind, flags, sid, payload)
-            if checked is not None:
-                frames.append(checked)
-        return frames, pos
 
     @property
     def buffered(self) -> int:

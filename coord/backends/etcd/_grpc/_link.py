@@ -149,6 +149,7 @@ class _Link(asyncio.Protocol):
 
     def __init__(self, channel: Dialer) -> None:
         self._channel = channel
+        self._half_window = channel.stream_window // 2  # see credit()
         self._transport: asyncio.Transport | None = None
         self._streams: dict[int, _Stream] = {}
         self._next_id = 1
@@ -480,10 +481,10 @@ class _Link(asyncio.Protocol):
     def credit(self, stream: _Stream, n: int) -> None:
         """Give back *n* bytes of *stream*'s window, once half its window waits to be
         given back (a WINDOW_UPDATE per half a window, not per message). A stream's
-        replies that its reader has not taken are not given back (see :meth:`_data`):
+        replies that its reader has not taken are not given back (``_Connection._data``):
         a watch nobody reads holds at most a window and a message."""
         stream.unacked += n
-        if stream.unacked >= self._channel.stream_window // 2 and self._open(stream):
+        if stream.unacked >= self._half_window and self._open(stream):
             assert self._transport is not None
             self._transport.write(
                 frame(WINDOW_UPDATE, 0, stream.id, struct.pack(">I", stream.unacked))
