@@ -249,3 +249,28 @@ async def test_a_message_over_the_receive_limit_ends_its_call_not_the_connection
             assert script.connections == 1
         finally:
             await channel.close()
+
+
+async def test_a_server_that_sends_past_a_streams_window_is_dropped() -> None:
+    """A stream's replies that its reader has not taken are not given back to its window,
+    so a server that goes on sending to a reader that does not read breaks flow control
+    (RFC 9113, 6.9.1): the connection is dropped, and no more than a window is held."""
+    message = b"\0" + (16_000).to_bytes(4, "big") + b"x" * 16_000
+
+    def answer(sid: int) -> bytes:
+        whole = reply(sid)
+        headers = whole[: 9 + int.from_bytes(whole[:3], "big")]
+        return headers + h2(DATA, 0, sid, message) * 8  # 128 KB, twice the window
+
+    async with scripted(answer) as (port, script):
+        channel = Channel("127.0.0.1", port, stream_window=65_536)
+        try:
+            call = rpc.WatchStub(channel).Watch()
+            create = rpc.WatchCreateRequest(key=b"k")
+            await call.write(rpc.WatchRequest(create_request=create))
+            with anyio.fail_after(2):
+                await script.closed.wait()
+            assert await call.code() == grpc.StatusCode.UNAVAILABLE
+            assert sum(len(r) + 5 for r in call._replies) <= 65_536
+        finally:
+            await channel.close()

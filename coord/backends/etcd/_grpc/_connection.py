@@ -99,6 +99,9 @@ class _Connection(_Link):
         if stream is None:
             self._stream(sid)  # never opened: refused; else reset by us: ignored, but
             return  # its data still counts for the connection's window
+        stream.window -= size
+        if stream.window < 0:  # RFC 9113, 6.9.1: it held back nothing of what it sent
+            raise ProtocolError(f"DATA past the flow-control window of stream {sid}")
         if flags & PADDED:  # its length was checked (the frame buffer)
             payload = payload[1 : size - payload[0]]
         held = self._messages(stream, payload)

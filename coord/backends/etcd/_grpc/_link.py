@@ -128,9 +128,10 @@ class _Stream:
         "received",
         "send_window",
         "unacked",
+        "window",
     )
 
-    def __init__(self, call: Caller, send_window: int) -> None:
+    def __init__(self, call: Caller, send_window: int, receive_window: int) -> None:
         self.call = call
         self.id = 0
         self.send_window = send_window
@@ -138,6 +139,7 @@ class _Stream:
         self.received = bytearray()  # gRPC framing: a message may span DATA frames
         self.message = 0  # the length of the message being received, 0 if none
         self.unacked = 0  # bytes received since we last granted them back
+        self.window = receive_window  # what the server may still send (see credit)
         self.headers_seen = False
         self.ended_local = False
 
@@ -263,7 +265,7 @@ class _Link(asyncio.Protocol):
 
     def _open_stream(self, call: Caller, block: bytes, body: bytes | None) -> _Stream:
         assert self._transport is not None
-        stream = _Stream(call, self._initial_window)
+        stream = _Stream(call, self._initial_window, self._channel.stream_window)
         stream.id = sid = self._next_id
         self._next_id += 2
         self._streams[sid] = stream
@@ -489,6 +491,7 @@ class _Link(asyncio.Protocol):
             self._transport.write(
                 frame(WINDOW_UPDATE, 0, stream.id, struct.pack(">I", stream.unacked))
             )
+            stream.window += stream.unacked
             stream.unacked = 0
 
     def _open(self, stream: _Stream) -> bool:
