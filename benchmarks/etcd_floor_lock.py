@@ -21,7 +21,7 @@ from typing import Any
 import grpc
 from aetcd import rpc
 
-from coord.backends.etcd._grpc._http2 import Channel
+from coord.backends.etcd._grpc import Channel
 from coord.testing import EtcdServer
 
 NOPUT = rpc.WatchCreateRequest.FilterType.Value("NOPUT")

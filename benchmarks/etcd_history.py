@@ -26,7 +26,7 @@ import anyio
 from aetcd import rpc
 
 import coord
-from coord.backends.etcd._grpc._http2 import Channel
+from coord.backends.etcd._grpc import Channel
 from coord.backends.etcd._waitqueue import order_key, queue_range
 from coord.testing import EtcdServer
 

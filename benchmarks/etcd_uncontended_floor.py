@@ -29,7 +29,7 @@ import anyio
 from aetcd import rpc
 
 import coord
-from coord.backends.etcd._grpc._http2 import Channel
+from coord.backends.etcd._grpc import Channel
 from coord.backends.etcd._kv import _EQUAL, _MOD
 from coord.backends.etcd._waitqueue import drop_ops, order_key, range_op, tail_key, tail_value
 from coord.testing import EtcdServer

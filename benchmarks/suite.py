@@ -53,7 +53,7 @@ from aetcd import rpc
 from kazoo.client import KazooClient
 
 import coord
-from coord.backends.etcd._grpc._http2 import Channel
+from coord.backends.etcd._grpc import Channel
 from coord.testing import EtcdServer, ZooKeeperServer
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -277,7 +277,7 @@ async def uncontended_ratio(
     """(coord's acquire+release time, its ratio to a raw create+delete pair of each raw
     client): the median over alternating blocks of each, every client open throughout.
     On etcd the raw pairs are made with aetcd (grpc.aio) and with coord's own gRPC
-    transport (``coord/backends/etcd/_grpc/_http2.py``): the same transport as coord's."""
+    transport (``coord/backends/etcd/_grpc/``): the same transport as coord's."""
     async with contextlib.AsyncExitStack() as stack:
         client = await stack.enter_async_context(coord.connect(url, ttl=10))
         mutex = client.mutex(f"u{uuid.uuid4().hex[:8]}")

@@ -1,6 +1,6 @@
 """Neither store's backend starts a thread (issue 18): a whole client's life leaves
 ``threading.enumerate()`` as it was. ZooKeeper's speaks its protocol on anyio (asyncio
-and trio); etcd's speaks gRPC itself (``backends/etcd/_grpc/_http2.py``; grpc.aio ran a poller
+and trio); etcd's speaks gRPC itself (``backends/etcd/_grpc/``; grpc.aio ran a poller
 thread and four ``event_engine`` threads). Endpoints are addresses: a host name would be
 resolved by the event loop's executor, a thread of the loop's."""
 

@@ -1,4 +1,4 @@
-"""The etcd backend's gRPC transport (``coord/backends/etcd/_grpc/_http2.py``) against
+"""The etcd backend's gRPC transport (``coord/backends/etcd/_grpc/``) against
 scripted hostile HTTP/2 peers (issue 36, items 5 and 7): one that floods PING or SETTINGS
 frames and never reads our answers, and one that sets every stream's initial window to 0
 and never opens it. Each must cost the calls on that connection (BackendUnavailable, or a
@@ -22,7 +22,8 @@ from aetcd import rpc
 
 from coord import BackendUnavailable
 from coord.backends.etcd._connection import Connection, stream_write
-from coord.backends.etcd._grpc._http2 import Channel, _Connection
+from coord.backends.etcd._grpc import Channel
+from coord.backends.etcd._grpc._connection import _Connection
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

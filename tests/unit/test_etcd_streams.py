@@ -1,4 +1,4 @@
-"""The etcd backend's gRPC transport (``coord/backends/etcd/_grpc/_http2.py``): its edge cases
+"""The etcd backend's gRPC transport (``coord/backends/etcd/_grpc/``): its edge cases
 against a member that hangs (a listening socket that accepts connections and never
 speaks), one that refuses, and a real etcd (flow control, big messages, a server that
 goes away, cancellation)."""
@@ -18,7 +18,8 @@ from aetcd import rpc
 
 from coord import BackendUnavailable
 from coord.backends.etcd._connection import stream_read, stream_write
-from coord.backends.etcd._grpc._http2 import Channel, RpcError, _Connection
+from coord.backends.etcd._grpc import Channel, RpcError
+from coord.backends.etcd._grpc._connection import _Connection
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator

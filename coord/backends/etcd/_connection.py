@@ -1,4 +1,4 @@
-"""The etcd connection: our own gRPC channels (``_grpc/_http2.py``) under aetcd's generated
+"""The etcd connection: our own gRPC channels (``_grpc/``) under aetcd's generated
 stubs.
 
 aetcd's client takes one endpoint, no TLS, and ignores half of RangeRequest, so coord
@@ -36,7 +36,7 @@ from ..._core.exceptions import (
     CoordError,
     SessionExpiredError,
 )
-from ._grpc._http2 import EOF, Channel, RpcError
+from ._grpc import EOF, Channel, RpcError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

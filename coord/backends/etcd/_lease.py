@@ -11,7 +11,7 @@ from aetcd import rpc
 from ..._core.exceptions import BackendUnavailable, SessionExpiredError
 from .._common.keepalive import KeptAliveLease
 from ._connection import finish, stream_read, stream_write, translate
-from ._grpc._http2 import RpcError
+from ._grpc import RpcError
 
 if TYPE_CHECKING:
     from ._connection import Connection

@@ -31,7 +31,7 @@ from aetcd import rpc
 
 from ..._core.exceptions import BackendError, BackendUnavailable, ResyncNeeded
 from ._connection import AuthTokenExpired, finish, stream_read
-from ._grpc._http2 import RpcError
+from ._grpc import RpcError
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -1,0 +1,78 @@
+"""Client CPU of one unary call through the etcd transport with no socket and no server:
+the request is encoded and "sent" to a transport that drops it, and a recorded reply
+(HEADERS, DATA, trailers, its header blocks indexed as etcd's are after the first) is fed
+to the connection. What is left is the transport's own work per call, without the
+network's noise; ``hot_loop.py`` measures whole contended acquisitions on a real etcd.
+
+    python benchmarks/etcd_transport_cpu.py [--calls 20000] [--rounds 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from typing import Any
+
+import hpack
+from aetcd import rpc
+
+from coord.backends.etcd._grpc import Channel
+from coord.backends.etcd._grpc._connection import _Connection
+
+
+class _Sink(asyncio.Transport):
+    def write(self, data: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def abort(self) -> None:
+        pass
+
+
+def _h2(kind: int, flags: int, sid: int, payload: bytes) -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes((kind, flags)) + sid.to_bytes(4, "big") + payload
+
+
+async def _best(calls: int, rounds: int) -> float:
+    channel = Channel("127.0.0.1", 1)
+    conn = _Connection(channel)
+    conn.connection_made(_Sink())
+    channel._conn = conn
+    channel._live.add(conn)
+    encoder = hpack.Encoder()
+    body = rpc.RangeResponse(header=rpc.ResponseHeader(revision=5)).SerializeToString()
+    message = b"\0" + len(body).to_bytes(4, "big") + body
+    blocks = []
+    for _ in range(2):  # the second time, the fields are indexed
+        head = encoder.encode([(b":status", b"200"), (b"content-type", b"application/grpc")])
+        tail = encoder.encode([(b"grpc-status", b"0"), (b"grpc-message", b"")])
+        blocks.append((head, tail))
+    kv = rpc.KVStub(channel)
+    best = float("inf")
+    for round_ in range(rounds):
+        started = time.process_time()
+        for i in range(calls):
+            call = kv.Range(rpc.RangeRequest(key=b"a/b"), timeout=None)
+            sid = conn._next_id - 2
+            head, tail = blocks[0 if round_ == i == 0 else 1]
+            reply = _h2(1, 4, sid, head) + _h2(0, 0, sid, message) + _h2(1, 5, sid, tail)
+            conn.data_received(reply)
+            await call
+        best = min(best, (time.process_time() - started) / calls)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=7)
+    args = parser.parse_args()
+    best = asyncio.run(_best(args.calls, args.rounds))
+    print(f"{best * 1e6:.2f} us client CPU per unary call (best of {args.rounds} rounds)")
+
+
+if __name__ == "__main__":
+    main()
