@@ -310,6 +310,12 @@ class Looker:
             kept += 1
         return picks[:kept]
 
+    def _given_back(self) -> None:
+        """A job this looker claimed is given back as it was: it is older than every job
+        of the stock (read while it was claimed), so a lone worker must claim it first
+        (FIFO): the next round reads the head again. Not a checkpoint."""
+        self._stock = []
+
     def _acked(self, session: Session, key: str) -> None:
         """The job stored at *key*, claimed by this looker, was acked: the next job of
         its ordering key, if the last read saw it, is claimable now (unless it is
@@ -475,6 +481,7 @@ class Looker:
             return None
         job = Job(hold, entry, pick.state.with_(claim=None), pick.payload)
         job._acked = partial(self._acked, session, pick.entry.key)
+        job._given_back = self._given_back
         return job
 
     def _pass_on(self, job: Job, retry: RetryPolicy) -> None:
@@ -488,6 +495,7 @@ class Looker:
         hold = job._hold
         hold._finish()
         release_soon(hold.session, job._entry, job._state, job.payload, hold.entry)
+        self._given_back()
 
     # -- the idle lookers -------------------------------------------------------------------
 

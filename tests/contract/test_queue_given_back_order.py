@@ -1,0 +1,48 @@
+"""A job given back as it was (deferred, or its block cancelled) is the oldest job of
+the queue again: a lone worker claims it next, before the younger jobs that the looker
+read with it (FIFO for a lone worker)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import anyio
+import pytest
+
+if TYPE_CHECKING:
+    import coord
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_deferred_job_is_claimed_again_before_younger_ones(
+    clients: list[coord.Client],
+) -> None:
+    a = clients[0]
+    queue = a.queue("given-back-defer")
+    first = await queue.put(b"first")
+    for n in range(3):
+        await queue.put(f"later {n}".encode())
+    with anyio.fail_after(10):
+        async with queue.claim() as job:
+            assert job.id == first.id
+            job.defer()
+        async with queue.claim() as job:
+            assert job.payload == b"first", "a younger job was claimed first"
+
+
+async def test_a_cancelled_blocks_job_is_claimed_again_before_younger_ones(
+    clients: list[coord.Client],
+) -> None:
+    a = clients[0]
+    queue = a.queue("given-back-cancel")
+    first = await queue.put(b"first")
+    for n in range(3):
+        await queue.put(f"later {n}".encode())
+    with anyio.fail_after(10):
+        with anyio.move_on_after(0.2):
+            async with queue.claim() as job:
+                assert job.id == first.id
+                await anyio.sleep_forever()
+        async with queue.claim() as job:
+            assert job.payload == b"first", "a younger job was claimed first"
