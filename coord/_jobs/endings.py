@@ -92,7 +92,11 @@ async def end_claim(
         [Remove(job._entry), Remove(hold.entry)] if exc is None else _nack(job, exc, retry)
     )
     what = "ack" if exc is None else "release"
-    outcome = await _end(session, ops, hold, job, what)
+    try:
+        outcome = await _end(session, ops, hold, job, what)
+    finally:
+        if exc is not None and job._given_back is not None:
+            job._given_back()  # retried in place: it may be claimable at once
     if outcome != "done":
         hold._frozen = True
         raise _not_done(job, what, outcome)

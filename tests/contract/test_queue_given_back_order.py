@@ -46,3 +46,22 @@ async def test_a_cancelled_blocks_job_is_claimed_again_before_younger_ones(
                 await anyio.sleep_forever()
         async with queue.claim() as job:
             assert job.payload == b"first", "a younger job was claimed first"
+
+
+async def test_a_job_retried_at_once_is_claimed_again_before_younger_ones(
+    clients: list[coord.Client],
+) -> None:
+    """retry_delay=0: a failed job is retried in place, claimable at once, and is still
+    the oldest job of the queue."""
+    a = clients[0]
+    queue = a.queue("given-back-retry", retry_delay=0)
+    first = await queue.put(b"first")
+    for n in range(3):
+        await queue.put(f"later {n}".encode())
+    with anyio.fail_after(10):
+        with pytest.raises(ValueError, match="failed"):
+            async with queue.claim() as job:
+                assert job.id == first.id
+                raise ValueError("failed")
+        async with queue.claim() as job:
+            assert (job.payload, job.attempt) == (b"first", 1), "a younger job came first"
