@@ -263,7 +263,13 @@ class Looker:
                 await self._wait_idle(backend, jobs, claims, wake_at)
                 return
             self._stock, self._stock_session = self._stocked(self._share(picks)), session
-            self._after = {} if self.priorities else _successors(jobs.entries, self._decode)
+            self._after = (
+                {}
+                if self.priorities
+                else _successors(
+                    jobs.entries, self._decode, {p.entry.key for p in self._stock if p.entry}
+                )
+            )
             self._stock_until = time.monotonic() + _STOCK_FOR
         self._conflicts = 0
         picks = self._take(len(self._waiters))
@@ -520,18 +526,23 @@ class Looker:
 
 
 def _successors(
-    jobs: Sequence[Entry], decode: Callable[[Entry], tuple[_records.State, bytes]]
+    jobs: Sequence[Entry],
+    decode: Callable[[Entry], tuple[_records.State, bytes]],
+    stocked: set[str],
 ) -> dict[str, tuple[Entry, int]]:
-    """For each of *jobs* (oldest first) that has an ordering key, the next of them with
-    that key and its place among *jobs*, by the store key of the one before."""
-    last: dict[str, str] = {}
+    """For each of *jobs* (oldest first) that has an ordering key and that this looker
+    may ack (claimed, or in its stock: store keys *stocked*), the next of them with that
+    key and its place among *jobs*, by the store key of the one before. Only those: a
+    read may be the whole queue, and an idle looker keeps this (payloads and all)."""
+    last: dict[str, tuple[str, bool]] = {}
     after: dict[str, tuple[Entry, int]] = {}
     for order, entry in enumerate(jobs):
-        key = decode(entry)[0].key
-        if key is not None:
-            if key in last:
-                after[last[key]] = entry, order
-            last[key] = entry.key
+        state = decode(entry)[0]
+        if state.key is not None:
+            before = last.get(state.key)
+            if before is not None and before[1]:
+                after[before[0]] = entry, order
+            last[state.key] = entry.key, state.claim is not None or entry.key in stocked
     return after
 
 

@@ -15,6 +15,7 @@ import pytest
 
 import coord
 from coord._jobs import commit
+from coord._jobs import looker as _looker
 from coord.abc import Remove, Update
 
 if TYPE_CHECKING:
@@ -196,3 +197,23 @@ async def test_a_lost_session_that_acked_is_not_kept(clients: list[coord.Client]
     for _ in range(3):
         gc.collect()
     assert old() is None, gc.get_referrers(old())
+
+
+async def test_an_idle_looker_holds_no_more_than_its_stock_of_payloads(
+    clients: list[coord.Client],
+) -> None:
+    """The looker keeps the next job of a key for the jobs it may ack (Looker._after),
+    not every job of its last read: a long queue of one key, each job 16 KiB, and the
+    looker holds no more payloads than its stock may (1 MiB) once nobody waits."""
+    a = clients[0]
+    queue = a.queue("held")
+    for n in range(100):
+        await queue.put(bytes([n]) * (16 << 10), key="k")
+    with anyio.fail_after(10):
+        async with queue.claim():
+            pass
+    [held] = [
+        looker for looker in _looker._LOOKERS[a._source].values() if looker._name.endswith("held")
+    ]
+    payloads = sum(len(entry.value) for entry, _ in held._after.values())
+    assert payloads <= _looker._STOCK_BYTES, f"{payloads} bytes of payloads held"
