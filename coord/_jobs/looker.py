@@ -270,7 +270,10 @@ class Looker:
                     jobs.entries, self._decode, {p.entry.key for p in self._stock if p.entry}
                 )
             )
-            self._stock_until = time.monotonic() + _STOCK_FOR
+            # ... and no longer than until a job read comes due (delayed, or backing off):
+            # it may be older than the stock, and is claimed before it (put order).
+            due = _STOCK_FOR if wake_at is None else min(_STOCK_FOR, max(wake_at - now, 0.0))
+            self._stock_until = time.monotonic() + due
         self._conflicts = 0
         picks = self._take(len(self._waiters))
         if self.priorities:

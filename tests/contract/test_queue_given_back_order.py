@@ -65,3 +65,23 @@ async def test_a_job_retried_at_once_is_claimed_again_before_younger_ones(
                 raise ValueError("failed")
         async with queue.claim() as job:
             assert (job.payload, job.attempt) == (b"first", 1), "a younger job came first"
+
+
+@pytest.mark.real_clock
+async def test_a_delayed_job_due_is_claimed_before_younger_ones(
+    clients: list[coord.Client],
+) -> None:
+    """A job put with a delay, and due by the next claim, is the oldest claimable job:
+    a lone worker claims it before the younger jobs the looker read while it was not."""
+    a = clients[0]
+    queue = a.queue("given-back-delay")
+    await queue.put(b"delayed", delay=0.2)
+    first = await queue.put(b"first")
+    for n in range(3):
+        await queue.put(f"later {n}".encode())
+    with anyio.fail_after(10):
+        async with queue.claim() as job:
+            assert job.id == first.id
+            await anyio.sleep(0.3)
+        async with queue.claim() as job:
+            assert job.payload == b"delayed", "a younger job was claimed first"
