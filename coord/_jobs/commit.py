@@ -116,7 +116,9 @@ class Committer:
     """Sends the acks of one session, grouped (see the module's docstring)."""
 
     def __init__(self, session: Session) -> None:
-        self._session = session
+        # The backend, not the session: a value of _COMMITTERS that held its key would
+        # keep every session that ever acked alive (and so its entry in _COMMITTERS).
+        self._backend = session.backend
         self._waiting: list[_Member] = []
         self._in_flight = 0  # groups being sent
 
@@ -129,7 +131,7 @@ class Committer:
         :raises SessionExpiredError: if the store no longer knows the session's lease
         """
         if len(ops) > _MOST or not all(isinstance(op, Remove) for op in ops):
-            return await self._session.backend.transact(ops)  # not an ack: alone
+            return await self._backend.transact(ops)  # not an ack: alone
         member = _Member(ops)
         self._waiting.append(member)
         while not member.sent:
@@ -146,7 +148,7 @@ class Committer:
                 raise
         await member.answered.wait()
         if not member.told:  # the group was refused: alone, for its own answer
-            return await self._session.backend.transact(ops)
+            return await self._backend.transact(ops)
         if member.error is not None:
             raise member.error
         return member.result
@@ -182,9 +184,7 @@ class Committer:
 
     async def _send(self, group: list[_Member]) -> None:
         try:
-            result = await self._session.backend.transact(
-                [op for member in group for op in member.ops]
-            )
+            result = await self._backend.transact([op for member in group for op in member.ops])
         except (BackendUnavailable, SessionExpiredError) as exc:
             for member in group:  # unknown, or the session is over: for each alike
                 member.told, member.error = True, exc

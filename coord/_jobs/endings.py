@@ -73,12 +73,18 @@ async def end_claim(
         # interruption, ZooKeeper's SUSPENDED), the job is given back as it was: an
         # outage the session survives never counts as an attempt.
         release_soon(session, job._entry, job._state, job.payload, hold.entry)
+        if job._given_back is not None:
+            job._given_back()
         raise ClaimLost(_lost(job, exc, cut_short), outcome="not done", job_id=job.id)
     cancelled = exc is not None and not isinstance(exc, Exception)
     if job._deferred or cancelled:
         # Give it back as it was, no attempt counted.
         release = release_ops(job._entry, job._state, job.payload, hold.entry)
-        outcome = await _end(session, release, hold, job, "release")
+        try:
+            outcome = await _end(session, release, hold, job, "release")
+        finally:
+            if job._given_back is not None:
+                job._given_back()  # (also when the caller is cancelled: it may be back)
         if outcome != "done" and not cancelled and exc is None:
             raise _not_done(job, "release", outcome)
         return
@@ -86,7 +92,11 @@ async def end_claim(
         [Remove(job._entry), Remove(hold.entry)] if exc is None else _nack(job, exc, retry)
     )
     what = "ack" if exc is None else "release"
-    outcome = await _end(session, ops, hold, job, what)
+    try:
+        outcome = await _end(session, ops, hold, job, what)
+    finally:
+        if exc is not None and job._given_back is not None:
+            job._given_back()  # retried in place: it may be claimable at once
     if outcome != "done":
         hold._frozen = True
         raise _not_done(job, what, outcome)

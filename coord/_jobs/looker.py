@@ -263,8 +263,17 @@ class Looker:
                 await self._wait_idle(backend, jobs, claims, wake_at)
                 return
             self._stock, self._stock_session = self._stocked(self._share(picks)), session
-            self._after = {} if self.priorities else _successors(jobs.entries, self._decode)
-            self._stock_until = time.monotonic() + _STOCK_FOR
+            self._after = (
+                {}
+                if self.priorities
+                else _successors(
+                    jobs.entries, self._decode, {p.entry.key for p in self._stock if p.entry}
+                )
+            )
+            # ... and no longer than until a job read comes due (delayed, or backing off):
+            # it may be older than the stock, and is claimed before it (put order).
+            due = _STOCK_FOR if wake_at is None else min(_STOCK_FOR, max(wake_at - now, 0.0))
+            self._stock_until = time.monotonic() + due
         self._conflicts = 0
         picks = self._take(len(self._waiters))
         if self.priorities:
@@ -309,6 +318,12 @@ class Looker:
                 break
             kept += 1
         return picks[:kept]
+
+    def _given_back(self) -> None:
+        """A job this looker claimed is given back as it was: it is older than every job
+        of the stock (read while it was claimed), so a lone worker must claim it first
+        (FIFO): the next round reads the head again. Not a checkpoint."""
+        self._stock = []
 
     def _acked(self, session: Session, key: str) -> None:
         """The job stored at *key*, claimed by this looker, was acked: the next job of
@@ -475,6 +490,7 @@ class Looker:
             return None
         job = Job(hold, entry, pick.state.with_(claim=None), pick.payload)
         job._acked = partial(self._acked, session, pick.entry.key)
+        job._given_back = self._given_back
         return job
 
     def _pass_on(self, job: Job, retry: RetryPolicy) -> None:
@@ -488,6 +504,7 @@ class Looker:
         hold = job._hold
         hold._finish()
         release_soon(hold.session, job._entry, job._state, job.payload, hold.entry)
+        self._given_back()
 
     # -- the idle lookers -------------------------------------------------------------------
 
@@ -512,18 +529,23 @@ class Looker:
 
 
 def _successors(
-    jobs: Sequence[Entry], decode: Callable[[Entry], tuple[_records.State, bytes]]
+    jobs: Sequence[Entry],
+    decode: Callable[[Entry], tuple[_records.State, bytes]],
+    stocked: set[str],
 ) -> dict[str, tuple[Entry, int]]:
-    """For each of *jobs* (oldest first) that has an ordering key, the next of them with
-    that key and its place among *jobs*, by the store key of the one before."""
-    last: dict[str, str] = {}
+    """For each of *jobs* (oldest first) that has an ordering key and that this looker
+    may ack (claimed, or in its stock: store keys *stocked*), the next of them with that
+    key and its place among *jobs*, by the store key of the one before. Only those: a
+    read may be the whole queue, and an idle looker keeps this (payloads and all)."""
+    last: dict[str, tuple[str, bool]] = {}
     after: dict[str, tuple[Entry, int]] = {}
     for order, entry in enumerate(jobs):
-        key = decode(entry)[0].key
-        if key is not None:
-            if key in last:
-                after[last[key]] = entry, order
-            last[key] = entry.key
+        state = decode(entry)[0]
+        if state.key is not None:
+            before = last.get(state.key)
+            if before is not None and before[1]:
+                after[before[0]] = entry, order
+            last[state.key] = entry.key, state.claim is not None or entry.key in stocked
     return after
 
 

@@ -315,6 +315,9 @@ class Job:
         self._deferred = False
         #: Called once its ack is done (the claiming looker learns its key is free).
         self._acked: Callable[[], None] | None = None
+        #: Called when it is given back as it was (the claiming looker's stock, read
+        #: while it was claimed, holds only younger jobs: it must read again).
+        self._given_back: Callable[[], None] | None = None
 
     def defer(self) -> None:
         """Give the job back when the block exits, as it was: not acked, no attempt

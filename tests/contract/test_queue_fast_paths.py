@@ -6,12 +6,16 @@ looker's stock without a read (coord._jobs.looker)."""
 
 from __future__ import annotations
 
+import gc
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
 
 import coord
+from coord._jobs import commit
+from coord._jobs import looker as _looker
 from coord.abc import Remove, Update
 
 if TYPE_CHECKING:
@@ -168,3 +172,48 @@ async def test_a_keys_next_job_is_claimed_after_its_ack_without_a_read(
         async with queue.claim() as job:
             assert job.id == second.id
     assert reads[read_before:] == [], "the key's next job was read for"
+
+
+async def test_a_lost_session_that_acked_is_not_kept(clients: list[coord.Client]) -> None:
+    """The client outlives its sessions: one that acked a job and was lost is freed once
+    closed (the committer of its acks does not keep it, nor its backend's state, alive)."""
+    a = clients[0]
+    queue = a.queue("freed")
+    await queue.put(b"job")
+    with anyio.fail_after(10):
+        async with queue.claim():
+            pass
+    old = weakref.ref(a.session)
+    assert old() in commit._COMMITTERS
+    session = a.session
+    session.declare_lost("lost by the test")
+    while session.running:
+        await anyio.lowlevel.checkpoint()
+    del session
+    with anyio.fail_after(10):
+        await queue.put(b"job")  # the looker's stock is of the new session now
+        async with queue.claim():
+            pass
+    for _ in range(3):
+        gc.collect()
+    assert old() is None, gc.get_referrers(old())
+
+
+async def test_an_idle_looker_holds_no_more_than_its_stock_of_payloads(
+    clients: list[coord.Client],
+) -> None:
+    """The looker keeps the next job of a key for the jobs it may ack (Looker._after),
+    not every job of its last read: a long queue of one key, each job 16 KiB, and the
+    looker holds no more payloads than its stock may (1 MiB) once nobody waits."""
+    a = clients[0]
+    queue = a.queue("held")
+    for n in range(100):
+        await queue.put(bytes([n]) * (16 << 10), key="k")
+    with anyio.fail_after(10):
+        async with queue.claim():
+            pass
+    [held] = [
+        looker for looker in _looker._LOOKERS[a._source].values() if looker._name.endswith("held")
+    ]
+    payloads = sum(len(entry.value) for entry, _ in held._after.values())
+    assert payloads <= _looker._STOCK_BYTES, f"{payloads} bytes of payloads held"
