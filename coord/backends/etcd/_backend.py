@@ -95,7 +95,7 @@ class EtcdBackend(Backend):
     max_ttl: float = 9_000_000_000.0
     #: coord's own layout, and that of etcd's Go ``client/v3/concurrency`` (its
     #: ``Mutex`` and ``Election``, ``etcdctl lock`` and ``etcdctl elect``).
-    layouts = frozenset({"coord", "etcd"})
+    layouts: frozenset[str] = frozenset({"coord", "etcd"})
     #: etcd's ``--max-request-bytes`` is 1.5 MiB (1,572,864) by default; a request is
     #: measured as the gRPC message sent (a Txn's compares, puts and reads).
     max_request_size: int = 1_500_000
