@@ -4,9 +4,10 @@ read with coord.kafka.FenceFilter.
 Jobs are put on a coord queue with keys; every worker runs a ``coord.kafka.Dispatcher``,
 but only the leader of its election takes the jobs, in order, and publishes them to a
 topic keyed by job key, with the headers ``coord-fence``, ``coord-leader`` and
-``coord-job-id``; each job is acked once the broker acknowledged its record. Halfway,
-the leader is stopped (its client closed, as when its process dies): another dispatcher
-takes over with a higher fence. A consumer reads the topic through a FenceFilter.
+``coord-job-id``; each job is acked once the broker acknowledged its record. Once the
+first half is published, the leader is stopped (its client closed, as when its process
+dies): another dispatcher takes over with a higher fence and publishes the second half.
+A consumer reads the topic through a FenceFilter.
 
     python examples/kafka_dispatch.py          # throwaway etcd + Kafka-protocol broker
     python examples/kafka_dispatch.py etcd://127.0.0.1:2379/demo 127.0.0.1:9092
@@ -90,21 +91,32 @@ async def main(url: str, bootstrap: str) -> None:
         await admin.close()
     async with coord.connect(url) as client:
         queue = client.queue("demo/jobs")
-        for n in range(JOBS):
-            await queue.put(f"order-{n}".encode(), key=KEYS[n % len(KEYS)])
+        election = client.election("demo-dispatch/leader")
+
+        async def put(numbers: range) -> None:
+            for n in numbers:
+                await queue.put(f"order-{n}".encode(), key=KEYS[n % len(KEYS)])
+
+        await put(range(JOBS // 2))
         stops = {f"dispatcher-{i}": anyio.Event() for i in range(3)}
         async with anyio.create_task_group() as tg:
             for name, stop in stops.items():
                 tg.start_soon(dispatcher, url, bootstrap, topic, name, stop)
-            # Halfway, stop whoever leads: another takes over (a higher fence).
+            # Once the first half is published, stop whoever leads; the second half is
+            # put once another leads (a higher fence), so it is that one's to publish.
             with anyio.fail_after(30):
-                while (await queue.stats()).depth > JOBS // 2:  # noqa: ASYNC110
+                while (await queue.stats()).depth > 0:  # noqa: ASYNC110
                     await anyio.sleep(0.02)
-            leader = await client.election("demo-dispatch/leader").leader()
+            leader = await election.leader()
             assert leader is not None
             victim = leader.value.decode().rpartition("/")[2]
             print(f"-- stopping the leader, {victim} (fence {leader.fence})", flush=True)
             stops[victim].set()
+            with anyio.fail_after(30):
+                async for now in election.observe():
+                    if now is not None and now.fence != leader.fence:
+                        break
+            await put(range(JOBS // 2, JOBS))
             lines = await consume(bootstrap, topic)
             for stop in stops.values():
                 stop.set()

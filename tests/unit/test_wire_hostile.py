@@ -268,3 +268,29 @@ async def test_the_backend_raises_backend_unavailable(tasks: anyio.abc.TaskGroup
         with anyio.fail_after(5), pytest.raises(coord.BackendUnavailable):
             await client.backend.get("key")
         assert anyio.current_time() - began < TIMEOUT * 2
+
+
+async def test_a_large_reply_coming_in_at_speed_is_an_answer(tasks: anyio.abc.TaskGroup) -> None:
+    """A reply of 640 KiB sent in ten pieces over three times the silence the client
+    allows (the pings queued behind it): each 64 KiB piece counts as hearing from the
+    server, so the call gets its answer on its first connection. (Only whole frames
+    counted once: a large value read while the machine was busy lost the session.)"""
+    data = b"v" * (640 * 1024)
+
+    async def slow_large_reply(peer: Peer) -> None:
+        await peer.connect(timeout_ms=_TIMEOUT_MS)
+        xid, _, _ = await peer.request()
+        payload = struct.pack("!iqi", xid, 9, 0) + struct.pack("!i", len(data)) + data + STAT
+        wire = struct.pack("!i", len(payload)) + payload
+        piece = -(-len(wire) // 10)
+        for at in range(0, len(wire), piece):
+            await peer.stream.send(wire[at : at + piece])
+            await anyio.sleep(TIMEOUT / 5)
+        await peer.serve_requests()
+
+    server = await start(tasks, slow_large_reply)
+    async with WireClient([("127.0.0.1", server.port)], session_timeout=TIMEOUT) as zk:
+        with anyio.fail_after(5):
+            assert (await zk.get_data("/big"))[0] == data
+        assert zk.state is State.CONNECTED
+    assert server.connections == 1

@@ -45,6 +45,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Connection"]
 
+#: Bytes of one reply that count as hearing from the server before the reply is whole.
+_PROGRESS = 64 * 1024
+
 log = logging.getLogger("coord.backends.zookeeper")
 
 _PING = encode_request(PING_XID, PingInstance)
@@ -200,10 +203,16 @@ class Connection:
         dispatch = self._replies.dispatch
         for frame in self._early:
             dispatch(frame)
-        receive, feed = self._stream.receive, self._buffer.feed
+        buffer = self._buffer
+        receive, feed = self._stream.receive, buffer.feed
+        credited = 0  # bytes of an unfinished frame buffered when last counted as heard
         while True:
             frames = feed(await receive())
-            if frames:
+            # Whole frames are an answer; so is a large reply coming in at speed (a
+            # 1 MiB value read while the machine is busy, with the pings queued behind
+            # it), a _PROGRESS of bytes at a time. A byte now and then is not.
+            if frames or len(buffer) >= credited + _PROGRESS:
                 self.last_heard = anyio.current_time()
+                credited = len(buffer)
             for frame in frames:
                 dispatch(frame)
