@@ -31,14 +31,15 @@ from aetcd import rpc
 
 from ..._core import keys as _keys
 from ..._core.background import BackgroundTasks
-from ..._core.checks import check_bool, check_duration
+from ..._core.checks import check_duration
 from ..._core.exceptions import ConfigurationError, EntryGoneError
 from ..._core.keys import WAITER_MARK
 from ..._core.url import format_url
 from ...abc import Backend, Change, Check, Create, Entry, Lease, Listing, Position, Put, Update
 from .._common.limits import check_key, check_ops, check_request, check_value
 from .._common.probe import GRPC, first_contact
-from ._connection import Connection, TLSFiles
+from .._common.tls import tls_files
+from ._connection import Connection
 from ._kv import (
     _ASCEND,
     _BY_CREATE,
@@ -116,9 +117,10 @@ class EtcdBackend(Backend):
     ) -> None:
         self._connect_timeout = check_duration(connect_timeout, "connect_timeout")
         request_timeout = check_duration(request_timeout, "request_timeout")
-        check_bool(tls, "tls")
-        use_tls = tls or any(f is not None for f in (ca_file, cert_file, key_file))
-        files = TLSFiles(ca_file, cert_file, key_file) if use_tls else None
+        # HTTP/2 by ALPN, as gRPC asks.
+        files = tls_files(
+            tls=tls, ca_file=ca_file, cert_file=cert_file, key_file=key_file, alpn=("h2",)
+        )
         self._tls = files
         self._conn = Connection(
             tuple(endpoints),

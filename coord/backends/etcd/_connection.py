@@ -17,9 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
-import ssl
-import stat
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -27,7 +24,6 @@ import anyio
 import grpc
 from aetcd import rpc
 
-from ..._core.checks import check_type
 from ..._core.exceptions import (
     BackendError,
     BackendUnavailable,
@@ -39,13 +35,16 @@ from ..._core.exceptions import (
 from ._grpc import EOF, Channel, RpcError
 
 if TYPE_CHECKING:
+    from .._common.tls import TLSFiles
+
+if TYPE_CHECKING:
+    import ssl
     from collections.abc import Awaitable, Callable
 
 __all__ = [
     "Answer",
     "AuthTokenExpired",
     "Connection",
-    "TLSFiles",
     "finish",
     "stream_read",
     "stream_write",
@@ -64,70 +63,6 @@ _KEEPALIVE = 10.0
 _KEEPALIVE_TIMEOUT = 5.0
 _RECONNECT_BACKOFF = (0.1, 1.0)
 _MAX_RECEIVE = 64 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class TLSFiles:
-    """Paths of PEM files for TLS; all optional (no CA: the system's roots)."""
-
-    ca_file: str | None = None
-    cert_file: str | None = None
-    key_file: str | None = None
-
-    def __post_init__(self) -> None:
-        for field in ("ca_file", "cert_file", "key_file"):
-            value = getattr(self, field)
-            if value is not None:
-                check_type(value, str, field, "a path (str)")
-        if (self.cert_file is None) != (self.key_file is None):
-            raise ConfigurationError("cert_file and key_file must be given together")
-        for field in ("ca_file", "cert_file", "key_file"):
-            _check_readable(field, getattr(self, field))
-
-    async def client_context(self) -> ssl.SSLContext:
-        """The TLS context of our connections: the server verified against the CA (the
-        system's roots without one) and its name, our certificate presented if there is
-        one, HTTP/2 by ALPN. The files are read in a worker thread."""
-        return await self._context(verify=True)
-
-    async def probe_context(self) -> ssl.SSLContext:
-        """A TLS context for the first contact (:mod:`coord.backends._common.probe`): it only
-        asks whether an HTTP/2 server answers, so it verifies nothing (the connections
-        that follow do) and presents the client certificate if there is one."""
-        return await self._context(verify=False)
-
-    async def _context(self, *, verify: bool) -> ssl.SSLContext:
-        def make() -> ssl.SSLContext:
-            if verify:
-                context = ssl.create_default_context(cafile=self.ca_file)
-            else:
-                context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-                context.check_hostname = False
-                context.verify_mode = ssl.CERT_NONE
-            context.set_alpn_protocols(["h2"])
-            if self.cert_file is not None:
-                context.load_cert_chain(self.cert_file, self.key_file)
-            return context
-
-        try:
-            return await anyio.to_thread.run_sync(make)
-        except (OSError, ssl.SSLError) as exc:
-            raise ConfigurationError(f"cannot load the TLS files: {exc}") from exc
-
-
-def _check_readable(field: str, path: str | None) -> None:
-    """A missing TLS file is a configuration error at the call, not a failure when the
-    client connects. One stat of a local file: done at once, even on an event loop."""
-    if path is None:
-        return
-    try:
-        info = os.stat(path)
-    except OSError as exc:
-        raise ConfigurationError(
-            f"cannot read TLS file {path!r} ({field}): {exc.strerror}"
-        ) from exc
-    if not stat.S_ISREG(info.st_mode):
-        raise ConfigurationError(f"TLS file {path!r} ({field}) is not a regular file")
 
 
 class AuthTokenExpired(BackendError):
