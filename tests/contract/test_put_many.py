@@ -194,3 +194,24 @@ async def test_a_batch_behind_older_jobs_keeps_its_keys_order(clients: list[coor
         for n in range(10):  # the older jobs, acked
             assert (await take(b.queue("ties")))[0] == b"old%d" % n
         assert (await take(b.queue("ties")))[:2] == (b"0", "k")
+
+
+async def test_a_limited_listing_is_a_prefix_of_the_queue_whatever_the_batches(
+    clients: list[coord.Client],
+) -> None:
+    """Jobs put by one transaction share a store revision on etcd, and a sorted range cut
+    by a limit stops anywhere among equals: ``entries(limit=k)`` is still the first *k*
+    entries of the whole listing, for every *k*, whether it ends inside a batch, at its
+    end, or past a lone job (on etcd, with and without the read of the last revision's
+    keys whole)."""
+    a = clients[0]
+    queue = a.queue("prefixes")
+    for size in (5, 1, 7, 1, 3):
+        await queue.put_many([b"%d" % n for n in range(size)])
+    backend = a.backend
+    whole = [e.key for e in (await backend.entries("prefixes/_jobs/")).entries]
+    assert len(whole) == 17
+    for k in range(1, 19):
+        for stale_ok in (False, True):
+            listed = await backend.entries("prefixes/_jobs/", limit=k, stale_ok=stale_ok)
+            assert [e.key for e in listed.entries] == whole[:k], (k, stale_ok)
