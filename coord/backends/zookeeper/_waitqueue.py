@@ -39,6 +39,7 @@ from ._paths import (
     sharded_name,
     waiter_names,
     waiters_before,
+    waiters_in_order,
 )
 from ._wire import MultiFailed, create_op, delete_op
 
@@ -192,7 +193,7 @@ class WaitQueues:
                     # A change inside a shard moves the shard's pzxid, not the node's:
                     # the revision is the newest of them (what a watch compares with).
                     pzxid = max(pzxid, listed[1] if listed else 0)
-            names = _unique([w.name for w in waiter_names(children)])
+            names = waiters_in_order(children)
             if limit is None:
                 return Listing(tuple(await self._existing(prefix, node, names)), pzxid)
             entries = []
@@ -625,17 +626,6 @@ class WaitQueues:
 def _tickets_before(children: list[str], sequence: int | None) -> int:
     """How many waiter nodes of the queue's own node are before *sequence*."""
     return 0 if sequence is None else len(waiters_before(children, sequence))
-
-
-def _unique(names: list[str]) -> list[str]:
-    """*names* (in queue order) with one name per sequence number: a node moved into its
-    shard between two listings is in both, and its name in the shard is the current one."""
-    by_sequence: dict[int | None, str] = {}
-    for name in names:
-        s = sequence_of(name)
-        if s not in by_sequence or is_sharded(name):
-            by_sequence[s] = name
-    return list(by_sequence.values())
 
 
 def committing(ops: list[Any]) -> Callable[[WireClient], Awaitable[list[Any]]]:
