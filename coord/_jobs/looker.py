@@ -29,6 +29,10 @@ of the client, running while some of its workers wait:
   session) costs nothing: the other claims the job at once. A looker that claims leaves
   the line, and comes back at its end if its workers wait again: the clients take turns.
 
+A worker that comes back for a job while nobody of its client waits before it, and the
+stock holds one, claims it in its own task (:meth:`Looker._claim_own`), beside the
+looker's claims: it does not wait for a round to end, and no task hands it over.
+
 A job claimed for a worker that stopped waiting meanwhile (cancelled) goes to the next
 waiting worker, or is given back (no attempt counted).
 """
@@ -154,6 +158,15 @@ class Looker:
         self._stock: list[_claiming.Pick] = []  # claimable when last read, oldest first
         self._stock_session: Session | None = None
         self._stock_until = 0.0  # the stock is read again after then (monotonic)
+        # Workers claim from the stock in their own tasks when nobody waits before them
+        # (see _claim_own): the store keys they are claiming, those claimed while the
+        # looker read (which the read may show unclaimed), and since the last read, how
+        # many they claimed and how many of those another looker had first.
+        self._reading = False
+        self._claiming: dict[str, None] = {}
+        self._claimed_meanwhile: set[str] = set()
+        self._own_claims = self._own_conflicts = 0
+        self._claims_ended: anyio.Event | None = None
         # Per job of the last read that has a key: the next job of that key read (see
         # _acked), by the store key of the job before it.
         self._after: dict[str, tuple[Entry, int]] = {}
@@ -175,6 +188,13 @@ class Looker:
         :raises SessionExpiredError: if the session is lost and none will follow
         """
         self._source.check_open()
+        while not self._waiters:  # nobody waits before this worker: claim from the stock
+            stocked = self._pick()
+            if stocked is None:
+                break
+            job = await self._claim_own(*stocked, retry)
+            if job is not None:
+                return job
         waiter = _Waiter(retry)
         self._waiters.append(waiter)
         self._start()
@@ -252,12 +272,29 @@ class Looker:
             or self._stock_session is not session
             or time.monotonic() >= self._stock_until
         ):
-            jobs, claims = await self._read(session)
+            self._reading, self._claimed_meanwhile = True, set()
+            try:
+                jobs, claims = await self._read(session)
+            finally:
+                self._reading = False
+            self._own_claims = self._own_conflicts = 0
             live = None if claims is None else {_records.id_of(e.key) for e in claims.entries}
             now = time.time()
             picks, wake_at = _claiming.choose_many(
                 jobs.entries, live, now, len(jobs.entries), self._decode, priorities=self.priorities
             )
+            # Not the jobs workers claim in their own tasks (or claimed during the read,
+            # which may predate their claims): claimed twice, they would look contended.
+            # Left out once chosen, not before: such a job still holds back its key's
+            # next one.
+            busy = self._claimed_meanwhile.union(self._claiming)
+            if busy:
+                picks = [p for p in picks if p.entry is not None and p.entry.key not in busy]
+            if not picks and busy:
+                # What is claimable, workers are claiming in their own tasks: the claims
+                # that fail make their jobs claimable again with no change to watch for.
+                await self._own_claims_ended()
+                return
             if not picks:
                 assert claims is not None  # nothing claimable: the claims were read (_read)
                 await self._wait_idle(backend, jobs, claims, wake_at)
@@ -267,7 +304,9 @@ class Looker:
                 {}
                 if self.priorities
                 else _successors(
-                    jobs.entries, self._decode, {p.entry.key for p in self._stock if p.entry}
+                    jobs.entries,
+                    self._decode,
+                    busy.union(p.entry.key for p in self._stock if p.entry),
                 )
             )
             # ... and no longer than until a job read comes due (delayed, or backing off):
@@ -280,12 +319,7 @@ class Looker:
             self._stock = []  # a job of higher priority may come: each round reads
         await self._claim_all(session, picks)
         if self._conflicts:
-            # Another looker reached for the same job: learn who claims (its lane may be
-            # new), and read again if the stock was mostly taken meanwhile.
-            self._claims_due = 0.0
-            self._contended_until = time.monotonic() + _CONTENDED_FOR
-            if self._conflicts * 2 > len(picks):
-                self._stock = []
+            self._conflicted(self._conflicts, len(picks))
         if self._conflicts < len(picks) or not self._waiters:
             # It claimed: to the back of the idle line, if it must wait again, so that
             # the idle lookers of other clients have their turn (one key's jobs, one at
@@ -358,6 +392,64 @@ class Looker:
         for token in [t for t, at in seen.items() if at < now - _LOOKERS_FOR]:
             del seen[token]
         self._lookers = sorted(seen)
+
+    def _pick(self) -> tuple[Session, _claiming.Pick] | None:
+        """The oldest job of a fresh stock and the session it was read on, for a worker to
+        claim in its own task; None while the looker reads (or with no fresh stock)."""
+        session = self._stock_session
+        if (
+            not self._stock
+            or self._reading
+            or session is None
+            or session.lost
+            or not session.running
+            or time.monotonic() >= self._stock_until
+        ):
+            return None
+        return session, self._stock.pop(0)
+
+    async def _claim_own(
+        self, session: Session, pick: _claiming.Pick, retry: RetryPolicy
+    ) -> Job | None:
+        """Claim *pick* in the worker's own task, as the looker's round would for it
+        (:meth:`_claim_for`), while the looker's claims for other workers are in flight:
+        no hand-over between tasks, and a worker back from its job does not wait for a
+        round to end. None if someone else had it (the worker tries the next one)."""
+        assert pick.entry is not None
+        key = pick.entry.key
+        self._claiming[key] = None
+        try:
+            job = await self._claim(session, pick, retry)
+        except SessionExpiredError:
+            session.declare_lost("the store refused a request on the session's lease")
+            job = None
+        finally:
+            del self._claiming[key]
+            if self._reading:
+                self._claimed_meanwhile.add(key)
+            if not self._claiming and self._claims_ended is not None:
+                self._claims_ended.set()
+                self._claims_ended = None
+        self._own_claims += 1
+        if job is None:
+            self._own_conflicts += 1
+            self._conflicted(self._own_conflicts, self._own_claims)
+        return job
+
+    async def _own_claims_ended(self) -> None:
+        """Wait until no worker claims in its own task (at once if none does)."""
+        if self._claiming:
+            if self._claims_ended is None:
+                self._claims_ended = anyio.Event()
+            await self._claims_ended.wait()
+
+    def _conflicted(self, conflicts: int, claims: int) -> None:
+        """Another looker had some of *claims* (*conflicts* of them): learn who claims
+        (its lane may be new), and read again if the stock was mostly taken meanwhile."""
+        self._claims_due = 0.0
+        self._contended_until = time.monotonic() + _CONTENDED_FOR
+        if conflicts * 2 > claims:
+            self._stock = []
 
     def _take(self, wanted: int) -> list[_claiming.Pick]:
         """Take the oldest *wanted* picks out of the stock."""
