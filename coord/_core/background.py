@@ -19,9 +19,11 @@ host task, the outer group cancels the caller's block and raises the error at it
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import sniffio
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine
@@ -58,9 +60,12 @@ class BackgroundTasks:
         self._outer: TaskGroup | None = None
         self._tasks: TaskGroup | None = None
         self._scope: anyio.CancelScope | None = None
+        self._native: _NativeTasks | None = None  # asyncio's fast path of start_soon
 
     async def open(self) -> None:
         """Start the host task. A checkpoint (cancelling it leaves no task behind)."""
+        if sniffio.current_async_library() == "asyncio":
+            self._native = _NativeTasks(self._crashed)
         outer = anyio.create_task_group()
         await outer.__aenter__()
         # The host's scope is made here, not in the host, so that a cancellation of
@@ -92,11 +97,22 @@ class BackgroundTasks:
             if len(group.exceptions) == 1:
                 raise group.exceptions[0] from None
             raise
+        crash = self._native.crash if self._native is not None else None
+        if crash is not None:
+            raise crash  # a plain task's (see _NativeTasks), as a task group's would be
+
+    def _crashed(self) -> None:
+        """A plain task crashed: end the host, which raises its error."""
+        if self._tasks is not None:
+            self._tasks.cancel_scope.cancel()
 
     def start_soon(self, func: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
         """Run ``func(*args)`` in a task until :meth:`aclose`. Not a checkpoint."""
         assert self._tasks is not None, "BackgroundTasks.open() first"
-        self._tasks.start_soon(func, *args)
+        if self._native is not None:
+            self._native.start_soon(func, args)
+        else:
+            self._tasks.start_soon(func, *args)
 
     async def start(self, func: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> Any:
         """Start ``func(*args, task_status=...)`` and return what it passes to
@@ -113,4 +129,70 @@ class BackgroundTasks:
             return
         assert self._scope is not None
         self._scope.cancel()
-        await outer.__aexit__(None, None, None)
+        if self._native is not None:
+            self._native.cancel()
+        try:
+            await outer.__aexit__(None, None, None)
+        finally:
+            if self._native is not None:
+                with anyio.CancelScope(shield=True):
+                    await self._native.wait()
+
+
+class _NativeTasks:
+    """The tasks of :meth:`BackgroundTasks.start_soon` on asyncio: plain asyncio tasks,
+    a sixth of what an anyio task costs to start (a task, an event and a cancel scope
+    more), for the per-request work the session owns (``Session.settle``, ``discard``).
+
+    Each runs in a cancel scope of its own, so that closing cancels it as a task group
+    would (again at every checkpoint until it leaves, its shielded clean-ups let run);
+    its crash is kept and *crashed* called, which ends the host and raises it."""
+
+    __slots__ = ("_closing", "_crashed", "_scopes", "_tasks", "crash")
+
+    def __init__(self, crashed: Callable[[], None]) -> None:
+        self._crashed = crashed
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._scopes: set[anyio.CancelScope] = set()
+        self._closing = False
+        self.crash: BaseException | None = None
+
+    def start_soon(
+        self, func: Callable[..., Coroutine[Any, Any, Any]], args: tuple[Any, ...]
+    ) -> None:
+        task = asyncio.get_running_loop().create_task(self._run(func, args))
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    async def _run(
+        self, func: Callable[..., Coroutine[Any, Any, Any]], args: tuple[Any, ...]
+    ) -> None:
+        with anyio.CancelScope() as scope:
+            if self._closing:
+                scope.cancel()
+            self._scopes.add(scope)
+            try:
+                await func(*args)
+            finally:
+                self._scopes.discard(scope)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None and self.crash is None:
+            self.crash = error
+            self.cancel()
+            self._crashed()
+
+    def cancel(self) -> None:
+        """Cancel every task, and those started from now on."""
+        self._closing = True
+        for scope in list(self._scopes):
+            scope.cancel()
+
+    async def wait(self) -> None:
+        """Until every task has ended."""
+        while self._tasks:
+            await asyncio.wait(list(self._tasks))
