@@ -38,6 +38,7 @@ from .._core.exceptions import (
 )
 from ..abc import Create
 from . import records as _records
+from .combine import BATCH_JOBS, batch_limit, job_room
 from .put import Made, Options
 
 if TYPE_CHECKING:
@@ -47,15 +48,6 @@ if TYPE_CHECKING:
     from .put import Putter
 
 __all__ = ["BATCH_JOBS", "Planned", "put_many"]
-
-#: The most jobs put in one transaction: a transaction takes at most 64 operations on
-#: every store (etcd's default ``--max-txn-ops`` is 128 compares; a Create is one).
-BATCH_JOBS = 64
-# Room per job beyond its key and value in the request (the store's framing, the
-# namespace), and the share of the store's request limit a batch may take: a
-# conservative bound, so that no batch can be refused on size.
-_JOB_ROOM = 1024
-_SHARE = 3 / 4
 
 
 @dataclass(frozen=True)
@@ -105,7 +97,7 @@ async def put_many(putter: Putter, jobs: Sequence[Planned]) -> list[_records.Job
 def _groups(putter: Putter, jobs: Sequence[Planned]) -> list[Planned | list[Planned]]:
     """The list cut into batches of fresh jobs, and repeatable jobs one by one, in
     order."""
-    limit = int(putter._source.backend.max_request_size * _SHARE)
+    limit = batch_limit(putter._source)
     groups: list[Planned | list[Planned]] = []
     batch: list[Planned] = []
     size = 0
@@ -116,7 +108,7 @@ def _groups(putter: Putter, jobs: Sequence[Planned]) -> list[Planned | list[Plan
                 batch, size = [], 0
             groups.append(job)
             continue
-        room = len(job.data) + len(putter._jobs) + len(job.key or "") * 4 + _JOB_ROOM * 2
+        room = job_room(putter._jobs, job.data, job.key)
         if batch and (len(batch) >= BATCH_JOBS or size + room > limit):
             groups.append(batch)
             batch, size = [], 0

@@ -77,12 +77,12 @@ from .._core.exceptions import (
     BackendUnavailable,
     ClosedError,
     ConfigurationError,
-    EntryGoneError,
     OutcomeUnknown,
     SessionExpiredError,
 )
 from ..abc import Create, Remove, Update
 from . import records as _records
+from .combine import combiner_for
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -224,28 +224,9 @@ class Putter:
     ) -> _records.JobRef:
         """Queue a job (see the module docstring for what each ending means)."""
         if job_id is None:
-            return await self._put_once(data, key, uuid.uuid4().hex, options)
+            combiner = combiner_for(self._source, self._jobs, self._withdraw_new, self._unknown)
+            return await combiner.put(data, key, partial(options.state, key=key))
         return await self._put_repeatable(data, key, check_job_id(job_id), options)
-
-    async def _put_once(
-        self, data: bytes, key: str | None, job_id: str, options: Options
-    ) -> _records.JobRef:
-        waiter = f"@j{job_id}"
-        session = await self._source.live()
-        session.check()  # a session lost before anything is sent: not done
-        try:
-            position = await session.register(
-                self._jobs,
-                value=_records.encode(options.state(job_id, key), data),
-                ahead=0,
-                waiter_id=lambda: waiter,
-                durable=True,
-                retry=False,
-                on_abandon=partial(self._withdraw_soon, waiter, None),
-            )
-        except (BackendUnavailable, SessionExpiredError, EntryGoneError) as exc:
-            raise self._unknown(job_id, exc) from exc
-        return _records.JobRef(job_id, key, position.entry.revision)
 
     async def _put_repeatable(
         self,
@@ -422,6 +403,10 @@ class Putter:
         finally:
             if not lock.locked() and not lock.statistics().tasks_waiting:
                 locks.pop(waiter, None)
+
+    def _withdraw_new(self, waiter: str, made: Entry | None) -> None:
+        """Withdraw the job of a cancelled put of a fresh job (no marker)."""
+        self._withdraw_soon(waiter, None, made)
 
     def _withdraw_soon(
         self, waiter: str, marker: str | None, made: Entry | None, nonce: str | None = None

@@ -72,7 +72,8 @@ class JobRef:
     :ivar id: the job's id (for :meth:`Queue.requeue` and logs)
     :ivar key: its ordering key, or None
     :ivar seq: its place in the queue: increasing in put order (the creation revision
-        of its entry; the jobs of one :meth:`Queue.put_many` batch may share one)
+        of its entry; jobs put in one transaction share one: those of a
+        :meth:`Queue.put_many` batch, and those one client puts at once)
     """
 
     id: str

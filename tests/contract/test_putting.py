@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import pytest
@@ -15,9 +15,6 @@ from coord.abc import Create
 from coord.testing import expire_session
 
 from .test_queue import take
-
-if TYPE_CHECKING:
-    from coord.abc import Position
 
 pytestmark = pytest.mark.anyio
 
@@ -76,9 +73,9 @@ async def test_a_put_whose_answer_is_lost_is_unknown_and_stays_queued(
 
         return lost
 
-    for method, job_id in (("register", None), ("transact", "idem-1")):
+    for job_id in (None, "idem-1"):
         with monkeypatch.context() as patch:
-            patch.setattr(backend, method, answer_lost(getattr(backend, method)))
+            patch.setattr(backend, "transact", answer_lost(backend.transact))
             with pytest.raises(coord.OutcomeUnknown) as unknown:
                 await queue.put(b"x", job_id=job_id)
         assert unknown.value.operation == "put"
@@ -120,12 +117,11 @@ async def test_a_cancelled_put_is_withdrawn_across_a_session_loss(
     a, _, _, _ = clients
     queue = a.queue("cancelled")
     applied, answer = anyio.Event(), anyio.Event()
-    method = "register" if job_id is None else "transact"
-    call = getattr(a.backend, method)
+    method = "transact"
+    call = a.backend.transact
 
-    async def slow(*args: Any, **kwargs: Any) -> Any:
-        result = await call(*args, **kwargs)
-        ops = args[0] if method == "transact" else [Create("cancelled/_jobs/", "", b"")]
+    async def slow(ops: Any) -> Any:
+        result = await call(ops)
         if any(isinstance(op, Create) and op.prefix.endswith("/_jobs/") for op in ops):
             applied.set()
             await answer.wait()  # the answer never comes
@@ -153,15 +149,16 @@ async def test_a_cancelled_put_whose_job_a_worker_took_runs(
     a, b, _, _ = clients
     queue = a.queue("taken")
     applied, answer = anyio.Event(), anyio.Event()
-    register = a.backend.register
+    transact = a.backend.transact
 
-    async def slow(*args: Any, **kwargs: Any) -> Position:
-        position = await register(*args, **kwargs)
-        applied.set()
-        await answer.wait()
-        return position
+    async def slow(ops: Any) -> Any:
+        made = await transact(ops)
+        if any(isinstance(op, Create) and op.prefix.endswith("/_jobs/") for op in ops):
+            applied.set()
+            await answer.wait()
+        return made
 
-    monkeypatch.setattr(a.backend, "register", slow)
+    monkeypatch.setattr(a.backend, "transact", slow)
     with anyio.fail_after(15):
         async with anyio.create_task_group() as tg:
             producer = anyio.CancelScope()

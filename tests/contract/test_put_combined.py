@@ -1,0 +1,157 @@
+"""Puts of fresh jobs that one client makes at once go to the store in one transaction
+(coord._jobs.combine), and each put is still told its own outcome: its JobRef (done),
+OutcomeUnknown naming its job (unknown), or its cancellation, after which its job is
+not left queued. The other puts of its transaction are not affected."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import pytest
+
+import coord
+from coord._jobs import combine
+from coord.abc import Create
+
+from .test_put_many import stored_ids
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+pytestmark = pytest.mark.anyio
+
+
+class Held:
+    """Wraps a backend's transact: records the jobs each transaction creates, and holds
+    back the answer of each such transaction (its request applied) until its gate is
+    opened (``gate(k)`` for the k-th), then raising if *lose* is set."""
+
+    def __init__(self, backend: Any, *, lose: bool = False) -> None:
+        self.sizes: list[int] = []
+        self._gates: dict[int, anyio.Event] = {}
+        self._arrived: dict[int, anyio.Event] = {}
+        self._lose = lose
+        self._transact = backend.transact
+        backend.transact = self
+
+    def gate(self, k: int) -> anyio.Event:
+        return self._gates.setdefault(k, anyio.Event())
+
+    def arrived(self, k: int) -> anyio.Event:
+        return self._arrived.setdefault(k, anyio.Event())
+
+    async def __call__(self, ops: Sequence[object]) -> Any:
+        jobs = sum(isinstance(op, Create) and op.prefix.endswith("/_jobs/") for op in ops)
+        result = await self._transact(ops)
+        if jobs:
+            k = len(self.sizes)
+            self.sizes.append(jobs)
+            self.arrived(k).set()
+            await self.gate(k).wait()
+            if self._lose:
+                raise coord.BackendUnavailable("the answer was lost (test)")
+        return result
+
+
+async def test_puts_made_at_once_share_transactions_in_put_order(
+    clients: list[coord.Client],
+) -> None:
+    """Two transactions of puts are out (held); nine more puts come meanwhile: they go
+    in one transaction, not nine, each put told its own JobRef, and the queue's order
+    is the order of the puts."""
+    a = clients[0]
+    queue = a.queue("combined")
+    held = Held(a.backend)
+    refs: dict[int, coord.JobRef] = {}
+
+    async def put(n: int) -> None:
+        refs[n] = await queue.put(b"%d" % n)
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            for n in range(combine.IN_FLIGHT):
+                tg.start_soon(put, n)
+                await held.arrived(n).wait()
+            for n in range(combine.IN_FLIGHT, 11):
+                tg.start_soon(put, n)
+                await anyio.lowlevel.checkpoint()  # in order
+            await anyio.sleep(0.1)
+            for k in range(3):
+                held.gate(k).set()
+    assert held.sizes == [1] * combine.IN_FLIGHT + [11 - combine.IN_FLIGHT]
+    assert len({r.id for r in refs.values()}) == 11
+    assert await stored_ids(a, "combined") == [refs[n].id for n in range(11)]
+    assert [refs[n].seq for n in range(11)] == sorted(refs[n].seq for n in range(11))
+
+
+async def test_a_put_cancelled_in_a_shared_transaction_is_withdrawn_alone(
+    clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three puts in one transaction (held, one out at a time); the middle one is
+    cancelled before the answer: the other two are told done and stay queued; its job
+    is withdrawn."""
+    monkeypatch.setattr(combine, "IN_FLIGHT", 1)
+    a = clients[0]
+    queue = a.queue("combined-cancel")
+    held = Held(a.backend)
+    refs: dict[int, coord.JobRef] = {}
+    scopes = [anyio.CancelScope() for _ in range(4)]
+
+    async def put(n: int) -> None:
+        with scopes[n]:
+            refs[n] = await queue.put(b"%d" % n)
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(put, 0)
+            await held.arrived(0).wait()
+            for n in (1, 2, 3):
+                tg.start_soon(put, n)
+                await anyio.lowlevel.checkpoint()
+            held.gate(0).set()
+            await held.arrived(1).wait()
+            assert held.sizes == [1, 3]
+            scopes[2].cancel()
+            await anyio.sleep(0.1)
+            held.gate(1).set()
+        assert sorted(refs) == [0, 1, 3]
+        while len(await stored_ids(a, "combined-cancel")) != 3:  # noqa: ASYNC110  (withdrawn in the background)
+            await anyio.sleep(0.05)
+    assert await stored_ids(a, "combined-cancel") == [refs[n].id for n in (0, 1, 3)]
+
+
+async def test_a_lost_answer_tells_each_put_of_the_transaction_unknown(
+    clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The answers of a transaction of one put and then of three are lost: each put is
+    told OutcomeUnknown naming its own job, and the jobs (applied) stay queued: nothing
+    is deleted behind the callers' backs."""
+    monkeypatch.setattr(combine, "IN_FLIGHT", 1)
+    a = clients[0]
+    queue = a.queue("combined-lost")
+    held = Held(a.backend, lose=True)
+    told: dict[int, BaseException] = {}
+
+    async def put(n: int) -> None:
+        try:
+            await queue.put(b"%d" % n)
+        except coord.OutcomeUnknown as exc:
+            told[n] = exc
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(put, 0)
+            await held.arrived(0).wait()
+            for n in (1, 2, 3):
+                tg.start_soon(put, n)
+                await anyio.lowlevel.checkpoint()  # in order
+            await anyio.sleep(0.1)
+            held.gate(0).set()
+            await held.arrived(1).wait()
+            held.gate(1).set()
+    assert held.sizes == [1, 3]
+    ids = [getattr(told[n], "job_id", None) for n in range(4)]
+    assert len(set(ids)) == 4
+    assert all(getattr(told[n], "operation", None) == "put" for n in range(4))
+    assert await stored_ids(a, "combined-lost") == ids
