@@ -23,8 +23,6 @@ if TYPE_CHECKING:
     import coord
     from coord._locks.node_layouts import Side
 
-    from ._snapshot import Snapshot
-
 __all__ = ["read_nodes"]
 
 #: The most nodes the walk lists (a status of a whole ensemble stays bounded).
@@ -47,19 +45,24 @@ def _is_contender(side: Side, child: str) -> bool:
     return child.startswith("_c_") and any(marker in child for marker in side.family)
 
 
-async def read_nodes(client: coord.Client, snapshot: Snapshot, layout: str) -> None:
-    """The peer layout's locks and elections under the snapshot's prefix."""
+async def read_nodes(
+    client: coord.Client, prefix: str, layout: str
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """The peer layout's locks and elections under *prefix*, and the revision of each
+    node listed (to watch from)."""
     backend = client.backend
-    level, listed = [snapshot.prefix], 0
+    objects: list[dict[str, Any]] = []
+    revisions: dict[str, int] = {}
+    level, listed = [prefix], 0
     while level and listed < MAX_NODES:
         below = []
         for name in level:
             children = await backend.child_names(name + "/" if name else "")
             listed += 1
-            snapshot.revisions_of_nodes[name] = children.revision
+            revisions[name] = children.revision
             side = _side(layout, children.names)
             if side is not None and name:
-                await _object(backend, snapshot, name, side)
+                objects.append(await _object(backend, name, side))
             below += [
                 f"{name}/{child}" if name else child
                 for child in children.names
@@ -67,12 +70,13 @@ async def read_nodes(client: coord.Client, snapshot: Snapshot, layout: str) -> N
                 if name or child != "zookeeper"
             ]
         level = sorted(below)
+    return objects, revisions
 
 
-async def _object(backend: Any, snapshot: Snapshot, name: str, side: Side) -> None:
+async def _object(backend: Any, name: str, side: Side) -> dict[str, Any]:
     found, _ = await node_contenders(backend, name + "/", side)
     entries = [_entry(side, entry, holding) for entry, holding in found]
-    snapshot.objects.append({"name": name, "kind": side.layout, "entries": entries})
+    return {"name": name, "kind": side.layout, "entries": entries}
 
 
 def _entry(side: Side, entry: coord.abc.Entry, holding: bool) -> dict[str, Any]:

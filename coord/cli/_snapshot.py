@@ -72,7 +72,7 @@ async def read(client: coord.Client, prefix: str, *, layout: str = "coord") -> S
         await _etcd_layout(client, snapshot)
         return snapshot
     if layout in ("kazoo", "curator"):
-        await read_nodes(client, snapshot, layout)
+        snapshot.objects, snapshot.revisions_of_nodes = await read_nodes(client, prefix, layout)
         return snapshot
     snapshot.names = await client.backend.names(prefix)
     queues = sorted(
