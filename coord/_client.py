@@ -42,6 +42,8 @@ except ModuleNotFoundError:
 __all__ = ["Client", "ClientStatistics", "connect"]
 
 _EXTRAS = {"etcd": "etcd", "zk": "zookeeper", "memory": ""}
+# The layouts with a read-write lock, a semaphore (the others: coord's, when defaulted).
+_HAS = {"rwlock": ("kazoo", "curator"), "semaphore": ()}
 
 
 @dataclass(frozen=True)
@@ -96,11 +98,13 @@ class Client(AsyncResource):
     :raises TypeError: for an argument of the wrong type
     :param sessions: False for a client that only reads and watches: it opens no session
         (no lease, no keepalive), and refuses to acquire, campaign or put a job
-    :param layout: the default layout of its mutexes and elections: ``"coord"``, or
-        ``"etcd"`` to share them with etcd's Go ``concurrency`` package, ``etcdctl lock``
-        and ``etcdctl elect`` (see :class:`coord.Mutex`)
+    :param layout: the default layout of its mutexes and elections (and read-write
+        locks, where the peer has them): ``"coord"``, ``"etcd"`` to share them with etcd's
+        Go ``concurrency`` package, ``etcdctl lock`` and ``etcdctl elect``, ``"kazoo"`` or
+        ``"curator"`` to share them with kazoo's or Curator's recipes on ZooKeeper (see
+        :class:`coord.Mutex`)
     :raises ConfigurationError: for a TTL the store does not accept, a bad identity, an
-        unknown layout, or ``"etcd"`` on another store
+        unknown layout, or one the store does not speak
     """
 
     def __init__(
@@ -196,10 +200,13 @@ class Client(AsyncResource):
             waiter key, and a releasing task hands the lock straight to the next local
             waiter, with no round trip, at most this many times in a row (1 to 65535;
             None: strict FIFO across all tasks, the default)
-        :param layout: ``"coord"`` or ``"etcd"`` (etcd's Go ``concurrency.Mutex``, as
-            ``etcdctl lock`` takes it: see :class:`coord.Mutex`); None: the client's
+        :param layout: ``"coord"``, ``"etcd"`` (etcd's Go ``concurrency.Mutex``, as
+            ``etcdctl lock`` takes it), ``"kazoo"`` (kazoo's ``Lock``) or ``"curator"``
+            (Curator's ``InterProcessMutex``): see :class:`coord.Mutex`; None: the
+            client's
         :raises ConfigurationError: if *name*, *local_handoff* or *layout* is not valid
-            (cohort mode is coord's layout only; ``"etcd"`` needs an etcd store)
+            (cohort mode is coord's layout only; ``"etcd"`` needs an etcd store,
+            ``"kazoo"`` and ``"curator"`` a ZooKeeper one)
         """
         return Mutex(
             self._source,
@@ -209,28 +216,41 @@ class Client(AsyncResource):
             layout=self._layout if layout is None else layout,
         )
 
-    def semaphore(self, name: str, limit: int) -> Semaphore:
+    def semaphore(self, name: str, limit: int, *, layout: str | None = None) -> Semaphore:
         """A :class:`coord.Semaphore` called *name*: at most *limit* holders at once.
         Not a checkpoint.
 
-        :raises ConfigurationError: for a bad *name* or *limit*
+        :param layout: ``"coord"``; None: the client's, if it has a semaphore, else
+            coord's (etcd's Go package and kazoo's layout have none)
+        :raises ConfigurationError: for a bad *name* or *limit*, or a layout without a
+            semaphore
         """
-        return Semaphore(self._source, name, limit)
+        return Semaphore(self._source, name, limit, layout=layout or self._default("semaphore"))
 
-    def rwlock(self, name: str) -> RWLock:
+    def rwlock(self, name: str, *, layout: str | None = None) -> RWLock:
         """A :class:`coord.RWLock` called *name*: ``async with rw.read`` / ``rw.write``.
         Not a checkpoint.
 
-        :raises ConfigurationError: if *name* is not a valid name
+        :param layout: ``"coord"``, ``"kazoo"`` or ``"curator"`` (their read-write
+            locks: see :class:`coord.RWLock`); None: the client's, if it has a
+            read-write lock, else coord's (etcd's Go package has none)
+        :raises ConfigurationError: if *name* is not a valid name, or for a layout
+            without a read-write lock
         """
-        return RWLock(self._source, name)
+        return RWLock(self._source, name, layout=layout or self._default("rwlock"))
+
+    def _default(self, recipe: str) -> str:
+        """The client's layout for *recipe*, where its peer has one; else coord's."""
+        return self._layout if self._layout in _HAS.get(recipe, ()) else "coord"
 
     def election(self, name: str, *, layout: str | None = None) -> Election:
         """A :class:`coord.Election` called *name* on this client's sessions. Not a
         checkpoint.
 
-        :param layout: ``"coord"`` or ``"etcd"`` (etcd's Go ``concurrency.Election``, as
-            ``etcdctl elect`` takes it: see :class:`coord.Election`); None: the client's
+        :param layout: ``"coord"``, ``"etcd"`` (etcd's Go ``concurrency.Election``, as
+            ``etcdctl elect`` takes it), ``"kazoo"`` (kazoo's ``Election``) or
+            ``"curator"`` (Curator's ``LeaderLatch``): see :class:`coord.Election`;
+            None: the client's
         :raises ConfigurationError: if *name* or *layout* is not valid
         """
         return Election(self._source, name, layout=self._layout if layout is None else layout)

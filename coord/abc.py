@@ -7,7 +7,9 @@ prefix watch; and one small all-or-nothing transaction over entries (etcd ``Txn`
 ZooKeeper ``multi``), which the queue's claims and fenced acks are made of; and, for tools
 such as ``coord status``, a listing of the names in use. A store that speaks etcd's Go
 layout (:attr:`Backend.layouts`) also lists keys by creation revision and waits for a
-change under a prefix: all that etcd's ``concurrency`` package reads beyond the rest.
+change under a prefix: all that etcd's ``concurrency`` package reads beyond the rest. A
+store that speaks kazoo's or Curator's layout creates ephemeral sequential nodes named by
+the caller and lists a node's raw children: all that those recipes need beyond the rest.
 Recipes (mutex, election, ...) are written once against :class:`Backend` and never learn
 which store runs under them. Keys are relative to the backend's namespace and use ``/``
 as separator.
@@ -38,6 +40,7 @@ __all__ = [
     "Change",
     "ChangeKind",
     "Check",
+    "Children",
     "Create",
     "Entry",
     "EntryGoneError",
@@ -104,6 +107,15 @@ class Listing:
     """Entries read at one store revision."""
 
     entries: tuple[Entry, ...]
+    revision: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Children:
+    """The raw names of a node's children, unsorted, read at one store revision (on
+    ZooKeeper the parent's pzxid: it moves with every child created or deleted)."""
+
+    names: tuple[str, ...]
     revision: int = 0
 
 
@@ -295,8 +307,11 @@ class Backend(AsyncResource):
     #: of at most this many.
     max_ops: int = 64
     #: The lock and election layouts this store speaks (see ``layout=`` of
-    #: :meth:`coord.Client.mutex`): ``"coord"`` everywhere; ``"etcd"`` where the two
-    #: methods below, which etcd's Go ``concurrency`` package is made of, are served.
+    #: :meth:`coord.Client.mutex`): ``"coord"`` everywhere; ``"etcd"`` where
+    #: :meth:`keys_by_creation` and :meth:`wait_keys_changed`, which etcd's Go
+    #: ``concurrency`` package is made of, are served; ``"kazoo"`` and ``"curator"``
+    #: where :meth:`create_sequential` and :meth:`child_names` are (and
+    #: :meth:`wait_keys_changed`), which kazoo's and Curator's recipes are made of.
     layouts: frozenset[str] = frozenset({"coord"})
 
     @property
@@ -355,6 +370,9 @@ class Backend(AsyncResource):
         """Read where *entry* stands now, checking atomically that it still exists.
 
         *ahead* and *kind* select the entries ahead returned, as for :meth:`register`.
+        For a node that :meth:`create_sequential` made it only checks that the node
+        still exists (the same node: same creation revision), and returns nothing ahead:
+        the peer layouts order their queues themselves.
 
         :raises EntryGoneError: if *entry* no longer exists (its lease expired, or someone
             deleted it): the caller no longer owns anything (etcd #11456)
@@ -412,7 +430,9 @@ class Backend(AsyncResource):
         """Delete *entry* only if it is still the same entry (same creation revision).
 
         A provisional entry (revision 0, registration outcome unknown) is deleted if it
-        exists and is bound to this backend's lease.
+        exists and is bound to this backend's lease; for one of :meth:`create_sequential`
+        (key ``prefix + name``, its lease's id) that is the node found as that call's
+        lost reply would find it.
 
         Returns False only when certainly nothing was deleted: the entry was not there.
         A request repeated after a reply was lost may find the entry gone because its
@@ -566,10 +586,60 @@ class Backend(AsyncResource):
         already happened; may return spuriously (callers read again). Waits on the
         store's watch; never polls.
 
-        :raises ConfigurationError: on a store that does not speak the etcd layout
+        On a store of the kazoo and Curator layouts (ZooKeeper) *prefix* is a node's
+        (``"name/"``), *revision* one read by :meth:`child_names`, and the change one of
+        its direct children created or deleted (a children watch; an exists watch while
+        the node is missing).
+
+        :raises ConfigurationError: on a store that speaks none of those layouts
         """
         raise _no_layout(self, "etcd")
 
+    async def create_sequential(
+        self,
+        prefix: str,
+        name: str,
+        lease: Lease,
+        *,
+        value: bytes = b"",
+        containers: bool = True,
+    ) -> Entry:
+        """Create the ephemeral sequential node ``prefix + name + <sequence>`` holding
+        *value*, bound to *lease* (ZooKeeper appends the 10-digit sequence: its order in
+        the parent), and return it (revision: its czxid, the fence; lease: its
+        ephemeralOwner). What kazoo's ``Lock`` and Curator's ``LockInternals`` create.
 
-def _no_layout(backend: Backend, layout: str) -> ConfigurationError:
-    return ConfigurationError(f"{type(backend).__name__} does not speak the {layout!r} layout")
+        *name* must hold a GUID fresh per attempt (Curator's protected mode, kazoo's
+        uuid prefix): a create whose reply was lost is then looked for among the
+        children of *prefix* and adopted only if its ephemeralOwner is *lease*'s session
+        (CURATOR-498); the delete of the provisional entry ``Entry(prefix + name,
+        lease=lease.id)`` finds it the same way. Missing parents are created first: as
+        containers (Curator's ``creatingParentContainersIfNeeded``), or with
+        ``containers=False`` as persistent nodes (kazoo's ``ensure_path``: a kazoo
+        ``Lock`` creates its parent once, and would fail if the server reaped it).
+
+        A checkpoint; not repeated after a lost reply other than by that search. Only
+        for stores whose :attr:`layouts` has ``"kazoo"`` or ``"curator"``.
+
+        :raises ConfigurationError: on a store that speaks neither layout; for a *name*
+            with a ``/`` or starting with ``@`` (coord's waiter mark)
+        :raises SessionExpiredError: if *lease* is lost
+        :raises BackendUnavailable: if no reply came and no node of *name* was found
+        """
+        raise _no_layout(self, "kazoo", "curator")
+
+    async def child_names(self, prefix: str) -> Children:
+        """The raw names of the children of the node of *prefix* (``"name/"``), unsorted,
+        with the revision of the read (empty, revision 0, if the node does not exist):
+        what kazoo's and Curator's recipes list and sort by their own rules. A
+        checkpoint; nothing changes on the store. Only for stores whose
+        :attr:`layouts` has ``"kazoo"`` or ``"curator"``.
+
+        :raises ConfigurationError: on a store that speaks neither layout
+        """
+        raise _no_layout(self, "kazoo", "curator")
+
+
+def _no_layout(backend: Backend, *layouts: str) -> ConfigurationError:
+    spoken = " or ".join(map(repr, layouts))
+    return ConfigurationError(f"{type(backend).__name__} does not speak the {spoken} layout")

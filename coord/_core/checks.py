@@ -110,8 +110,15 @@ def check_ttl(ttl: object, limit: float | None = None, store: str = "the store")
     return ttl
 
 
-#: The lock and election layouts coord speaks: its own, and etcd's Go ``concurrency``.
-LAYOUTS = ("coord", "etcd")
+#: The lock and election layouts coord speaks: its own, etcd's Go ``concurrency``, and
+#: kazoo's and Curator's recipes on ZooKeeper.
+LAYOUTS = ("coord", "etcd", "kazoo", "curator")
+
+_PEERS = {
+    "etcd": ("etcd's Go concurrency package", "an etcd:// store"),
+    "kazoo": ("kazoo's lock and election recipes", "a zk:// store"),
+    "curator": ("Apache Curator's lock and leader recipes", "a zk:// store"),
+}
 
 
 def check_layout(layout: object, spoken: frozenset[str] | None = None, store: str = "") -> str:
@@ -125,8 +132,9 @@ def check_layout(layout: object, spoken: frozenset[str] | None = None, store: st
     if layout not in LAYOUTS:
         raise ConfigurationError(f"layout must be one of {', '.join(LAYOUTS)}, not {layout!r}")
     if spoken is not None and layout not in spoken:
+        peer, where = _PEERS[layout]
         raise ConfigurationError(
-            f"the {layout!r} layout is etcd's Go concurrency package: {store or 'this store'} "
-            f"does not speak it (use layout='coord', or an etcd:// store)"
+            f"the {layout!r} layout is {peer}: {store or 'this store'} does not speak it "
+            f"(use layout='coord', or {where})"
         )
     return layout

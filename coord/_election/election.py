@@ -23,17 +23,28 @@ import anyio
 from .._core import keys as _keys
 from .._core import retry as _retry
 from .._core.checks import check_layout, check_size, check_supervisor
-from .._core.exceptions import BackendError, BackendUnavailable, LeadershipLost, SessionExpiredError
+from .._core.exceptions import (
+    BackendError,
+    BackendUnavailable,
+    ConfigurationError,
+    LeadershipLost,
+    SessionExpiredError,
+)
 from .._locks.etcd_layout import EtcdHold
 from .._locks.hold import Hold
+from .._locks.node_layouts import LAYOUTS as NODE_LAYOUTS
+from .._locks.node_layouts import layout_side
+from .._locks.node_turn import NodeHold
 from .._locks.task_lock import TaskLock
 from .leader import (
     EtcdLeaders,
     Leader,
     Leaders,
+    NodeLeaders,
     candidate_record,
     candidate_room,
     candidate_value,
+    node_head,
     proclaim_room,
     proclaimed,
 )
@@ -121,10 +132,9 @@ class Term(Hold):
         raise AssertionError("unreachable")  # pragma: no cover
 
 
-class EtcdTerm(Term, EtcdHold):
-    """A term of the etcd layout: the key holds the value as given (Go's ``Campaign``
-    and ``Proclaim`` write it raw; ``etcdctl elect -l`` prints it), and its fence is the
-    key's create revision."""
+class _RawTerm(Term):
+    """A term of a peer's layout: the key holds the value as given, with nobody's
+    record beside it."""
 
     @property
     def value(self) -> bytes:
@@ -132,6 +142,17 @@ class EtcdTerm(Term, EtcdHold):
 
     def _record(self, value: bytes) -> bytes:
         return check_size(value, self._session.backend.max_value_size, "a leader's value")
+
+
+class EtcdTerm(_RawTerm, EtcdHold):
+    """A term of the etcd layout: the key holds the value raw (Go's ``Campaign`` and
+    ``Proclaim`` write it so; ``etcdctl elect -l`` prints it), and its fence is the
+    key's create revision."""
+
+
+class NodeTerm(_RawTerm, NodeHold):
+    """A term of kazoo's or Curator's layout: the node holds the value raw (kazoo's
+    identifier, Curator's participant id), and its fence is the node's czxid."""
 
 
 class Campaign(TaskLock):
@@ -143,8 +164,10 @@ class Campaign(TaskLock):
     """
 
     _what = "election"
+    _kind = "election"
     _hold_type = Term
     _etcd_hold_type = EtcdTerm
+    _node_hold_type = NodeTerm
 
     def __init__(
         self, source: SessionSource, name: str, value: bytes, *, layout: str = "coord"
@@ -156,8 +179,8 @@ class Campaign(TaskLock):
         return f"<coord.Election.campaign {self._name!r} value={self._campaign_value!r}>"
 
     def _value(self) -> bytes:
-        if self._layout == "etcd":
-            return self._campaign_value  # raw, as election.go's Campaign writes it
+        if self._layout != "coord":
+            return self._campaign_value  # raw, as election.go, kazoo and Curator write it
         # Made anew at each registration (its time), as a lock's.
         return candidate_record(self._source.identity, self._campaign_value)
 
@@ -188,16 +211,28 @@ class Election:
     elect NAME VALUE`` and Go services campaign with coord's clients, and ``leader()``
     and ``observe()`` read theirs as ``etcdctl elect -l NAME`` reads coord's.
 
+    **The kazoo and Curator layouts** (``layout="kazoo"`` or ``"curator"``, on
+    ZooKeeper): a candidate is a node of kazoo's ``Election`` (a ``Lock``:
+    ``kazoo/recipe/election.py``, ``NAME/<uuid hex>__lock__<seq>``, the identifier as
+    data) or of Curator's ``LeaderLatch`` (``leader/LeaderLatch.java``,
+    ``NAME/_c_<uuid>-latch-<seq>``, the participant id as data), holding the value raw;
+    the first by the peer's order leads (kazoo's ``contenders()[0]``, Curator's
+    ``getLeader()``), and ``leader()`` reads theirs as they read coord's. The fence is
+    the node's czxid; ``proclaim`` rewrites the node's data guarded by its version.
+    kazoo decodes every contender's data as UTF-8, so its layout takes only UTF-8
+    values.
+
     :param session: where the candidate keys' lease comes from
     :param name: slash-separated name
-    :param layout: ``"coord"`` (the default) or ``"etcd"``
-    :raises ConfigurationError: for a bad name, an unknown layout, or ``"etcd"`` on
-        another store
+    :param layout: ``"coord"`` (the default), ``"etcd"``, ``"kazoo"`` or ``"curator"``
+    :raises ConfigurationError: for a bad name, an unknown layout, or one the store
+        does not speak
     """
 
     def __init__(self, session: SessionSource, name: str, *, layout: str = "coord") -> None:
         backend = session.backend
         self._layout = check_layout(layout, backend.layouts, type(backend).__name__)
+        self._side = layout_side(layout, "election") if layout in NODE_LAYOUTS else None
         self._source = session
         self._name = _keys.check_name(name)
         self._prefix = _keys.prefix_of(name)
@@ -208,7 +243,7 @@ class Election:
 
     @property
     def layout(self) -> str:
-        """``"coord"`` or ``"etcd"`` (see above)."""
+        """``"coord"``, ``"etcd"``, ``"kazoo"`` or ``"curator"`` (see above)."""
         return self._layout
 
     def __repr__(self) -> str:
@@ -238,13 +273,22 @@ class Election:
     def max_value_size(self) -> int:
         """The largest value :meth:`campaign` and :meth:`Term.proclaim` take on this
         store, in bytes: the store's value limit less the candidate's record beside it
-        (who campaigns, and when: about a hundred bytes; none in the etcd layout)."""
-        if self._layout == "etcd":
+        (who campaigns, and when: about a hundred bytes; none in the peers' layouts)."""
+        if self._layout != "coord":
             return self._source.backend.max_value_size
         return candidate_room(self._source.identity, self._source.backend.max_value_size)
 
     def _check_value(self, value: object) -> bytes:
-        return check_size(value, self.max_value_size, "a leader's value")
+        checked = check_size(value, self.max_value_size, "a leader's value")
+        if self._layout == "kazoo":
+            try:
+                checked.decode()
+            except UnicodeDecodeError:
+                raise ConfigurationError(
+                    "the 'kazoo' layout takes UTF-8 values only: kazoo's contenders() "
+                    "decodes every contender's data"
+                ) from None
+        return checked
 
     async def leader(self) -> Leader | None:
         """The current leader, or None if nobody leads. A checkpoint; one read.
@@ -253,6 +297,11 @@ class Election:
         """
         if self._layout == "etcd":  # election.go's Leader: the first key by creation
             listing = await self._source.read(lambda b: b.keys_by_creation(self._prefix, limit=1))
+            return Leader._of(listing.entries[0], raw=True) if listing.entries else None
+        if self._side is not None:  # kazoo's contenders()[0], Curator's getLeader()
+            listing = await self._source.read(
+                partial(node_head, prefix=self._prefix, side=self._side)
+            )
             return Leader._of(listing.entries[0], raw=True) if listing.entries else None
         listing = await self._source.read(lambda b: b.entries(self._prefix, limit=1))
         return Leader._of(listing.entries[0]) if listing.entries else None
@@ -276,6 +325,8 @@ class Election:
         """
         if self._layout == "etcd":
             return EtcdLeaders(self._source, self._prefix)
+        if self._side is not None:
+            return NodeLeaders(self._source, self._prefix, self._side)
         return Leaders(self._source, self._prefix)
 
     async def run(

@@ -20,22 +20,27 @@ from typing import TYPE_CHECKING, Any
 from .._core import retry as _retry
 from .._core.exceptions import BackendError, ClosedError, SessionExpiredError
 from .._core.keys import fence_of
+from .._locks.node_turn import node_contenders
 from .._sessions.identity import parse_identity, since_of, waiter_value, waiter_value_size
+from ..abc import Listing
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
 
+    from .._locks.node_layouts import Side
     from .._sessions.session import SessionSource
-    from ..abc import Backend, Entry, Listing
+    from ..abc import Backend, Entry
 
 __all__ = [
     "CANDIDATE",
     "EtcdLeaders",
     "Leader",
     "Leaders",
+    "NodeLeaders",
     "candidate_record",
     "candidate_room",
     "candidate_value",
+    "node_head",
     "proclaim_room",
     "proclaimed",
 ]
@@ -201,3 +206,24 @@ class EtcdLeaders(Leaders):
             await backend.wait_changed(head, revision=revision)
         else:
             await backend.wait_keys_changed(self._prefix, revision=revision)
+
+
+async def node_head(backend: Backend, *, prefix: str, side: Side) -> Listing:
+    """The first contender of *side*'s queue (kazoo's ``contenders()[0]``, Curator's
+    ``LeaderLatch.getLeader()``: the first whose node could be read), at the revision of
+    the listing."""
+    found, revision = await node_contenders(backend, prefix, side, limit=1)
+    return Listing(tuple(entry for entry, _ in found), revision)
+
+
+class NodeLeaders(EtcdLeaders):
+    """``observe`` in kazoo's or Curator's layout: the first contender by the peer's
+    order; with none, a change of the children ends the wait (a children watch: what
+    ``wait_keys_changed`` is on ZooKeeper)."""
+
+    def __init__(self, source: SessionSource, prefix: str, side: Side) -> None:
+        super().__init__(source, prefix)
+        self._side = side
+
+    def _head(self, backend: Backend) -> Awaitable[Listing]:
+        return node_head(backend, prefix=self._prefix, side=self._side)

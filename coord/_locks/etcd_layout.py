@@ -26,24 +26,20 @@ from __future__ import annotations
 
 import weakref
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 
-from .._core.exceptions import (
-    BackendError,
-    BackendUnavailable,
-    EntryGoneError,
-    LockedError,
-    SessionExpiredError,
-)
-from ..abc import Entry, Position
+from .._core.exceptions import BackendError, BackendUnavailable, LockedError
+from ..abc import Position
 from .hold import Hold
+from .peer_turn import retried, turn_on_sessions
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from .._sessions.session import Session, SessionSource
+    from ..abc import Entry
 
 __all__ = ["EtcdHold", "etcd_key", "etcd_turn"]
 
@@ -144,65 +140,20 @@ async def etcd_turn(
     return hold
 
 
-async def _wait_turn(
+def _wait_turn(
     source: SessionSource,
     name: str,
     prefix: str,
     value: Callable[[], bytes],
     hold_type: type[H],
-) -> H:
-    while True:
-        session = await source.live()
-        hold = await _queue(session, name, prefix, value(), hold_type)
-        if hold is not None:
-            return hold
-        if not source.renews:
-            raise SessionExpiredError(
-                f"my key for {name!r} was deleted while waiting "
-                f"({session.reason or 'deleted by another client'})"
-            )
+) -> Awaitable[H]:
+    async def make(session: Session) -> Entry:
+        return await _create(session, etcd_key(prefix, session.lease.id), value())
 
+    async def until(session: Session, hold: Hold, entry: Entry) -> None:
+        await _wait_deletes(session, hold, prefix, entry)
 
-async def _queue(
-    session: Session, name: str, prefix: str, value: bytes, hold_type: type[H]
-) -> H | None:
-    """Create my key on *session* and wait for my turn; None if the key or the session
-    went meanwhile (nothing held, nothing left behind). The shape of wait_queue's."""
-    key = etcd_key(prefix, session.lease.id)
-    try:
-        entry = await _create(session, key, value)
-        hold = hold_type(name, session, Position(entry, (), entry.revision))
-    except (SessionExpiredError, EntryGoneError):
-        return None
-    try:
-        try:
-            with hold._waiting():
-                await _wait_deletes(session, hold, prefix, entry)
-        finally:
-            hold._scope = None
-    except EntryGoneError:
-        hold._key_gone()
-    except SessionExpiredError:
-        session.declare_lost("the store refused a request on the session's lease")
-    except BaseException:
-        hold._finish()
-        session.discard(entry)
-        raise
-    if hold._gone or session.lost:
-        hold._finish()
-        session.discard(entry)
-        return None
-    hold._grant()
-    return hold
-
-
-async def _retried(session: Session, func: Callable[[], Awaitable[Any]]) -> Any:
-    """``await func()``, through outages while the session lives (its retry, made only
-    after a first failure)."""
-    try:
-        return await func()
-    except BackendUnavailable as exc:
-        return await session.retry(func, failed=exc)
+    return turn_on_sessions(source, name, hold_type, make, until)
 
 
 async def _create(session: Session, key: str, value: bytes) -> Entry:
@@ -229,12 +180,12 @@ async def _create(session: Session, key: str, value: bytes) -> Entry:
             entry = None  # unknown: read what is there
         if entry is not None:
             return entry
-        found = await _retried(session, partial(backend.get, key))
+        found = await retried(session, partial(backend.get, key))
         if found is None:
             continue
         if found.lease != lease.id:
             raise BackendError(f"{key!r} exists, bound to another lease ({found.lease:x})")
-        await _retried(session, partial(backend.delete, found))
+        await retried(session, partial(backend.delete, found))
 
 
 async def _wait_deletes(session: Session, hold: Hold, prefix: str, mine: Entry) -> None:
@@ -250,14 +201,14 @@ async def _wait_deletes(session: Session, hold: Hold, prefix: str, mine: Entry) 
         created_before=mine.revision,
     )
     while True:
-        listing = await _retried(session, before)
+        listing = await retried(session, before)
         if not listing.entries:
             break
         hold._waited = True
         gone = partial(backend.wait_deleted, [listing.entries[0].key], revision=listing.revision)
-        await _retried(session, gone)
+        await retried(session, gone)
     if hold._waited:
-        await _retried(session, partial(backend.position, mine, ahead=0))
+        await retried(session, partial(backend.position, mine, ahead=0))
 
 
 async def _try_turn(

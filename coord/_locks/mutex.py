@@ -86,14 +86,26 @@ class Mutex(TaskLock):
     reads none). A loss still cancels the body; a cancelled wait leaves no key; cohort
     mode is refused (see :mod:`coord._locks.etcd_layout`).
 
+    **The kazoo and Curator layouts** (``layout="kazoo"`` or ``"curator"``, on ZooKeeper
+    only): the nodes of kazoo's ``Lock`` (``kazoo/recipe/lock.py``:
+    ``NAME/<uuid hex>__lock__<seq>``) or of Curator's ``InterProcessMutex``
+    (``LockInternals.java``, ``StandardLockInternalsDriver.java``:
+    ``NAME/_c_<uuid>-lock-<seq>``, protected mode), ordered and waited for by the peer's
+    own rule, so that kazoo or Java services and coord's clients queue for one lock, in
+    the peer's FIFO order. One node per acquire, so tasks of one client queue in the
+    store as peers do. The fence is the node's czxid; the node holds this client's
+    identity. A loss cancels the body; a cancelled wait leaves no node; a waiter whose
+    session is lost waits again on the next; cohort mode is refused (see
+    :mod:`coord._locks.node_layouts`).
+
     :param session: where the waiter keys' lease comes from: a client's sessions (which
         renew) or one :class:`coord.Session`
     :param name: slash-separated name, e.g. ``"orders/42"``
     :param reentrant: let the holding task enter again
     :param local_handoff: cohort mode's limit of local handoffs in a row (None: strict)
-    :param layout: ``"coord"`` (the default) or ``"etcd"``
-    :raises ConfigurationError: for an unknown layout, ``"etcd"`` on another store, or
-        ``"etcd"`` with *local_handoff*
+    :param layout: ``"coord"`` (the default), ``"etcd"``, ``"kazoo"`` or ``"curator"``
+    :raises ConfigurationError: for an unknown layout, one the store does not speak, or
+        another layout than ``"coord"`` with *local_handoff*
     """
 
     _what = "mutex"
@@ -107,10 +119,10 @@ class Mutex(TaskLock):
         local_handoff: int | None = None,
         layout: str = "coord",
     ) -> None:
-        if local_handoff is not None and layout == "etcd":
+        if local_handoff is not None and layout != "coord":
             raise ConfigurationError(
-                "local_handoff (cohort mode) is coord's layout only: etcd's Go layout has "
-                "one key per session, whose holder cannot hand it on"
+                f"local_handoff (cohort mode) is coord's layout only: in the {layout!r} "
+                "layout a peer waits for the holder's own key, which cannot be handed on"
             )
         if local_handoff is not None and not (
             1 <= check_int(local_handoff, "local_handoff") <= MAX_HANDOFFS

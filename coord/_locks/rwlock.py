@@ -58,6 +58,7 @@ class RWLockSide(TaskLock):
 
 class _Read(RWLockSide):
     _what = "read lock"
+    _kind = "read"
     _mark = _READER
     # Only writers count: my turn comes when no writer is ahead of me.
     _rule = _READ_RULE
@@ -65,6 +66,7 @@ class _Read(RWLockSide):
 
 class _Write(RWLockSide):
     _what = "write lock"
+    _kind = "write"
     _mark = _WRITER
 
 
@@ -85,8 +87,19 @@ class RWLock:
     side at a time: asking for the other (or the same) side again raises
     :exc:`coord.LockedError`, since it would wait on itself.
 
+    **The kazoo and Curator layouts** (``layout="kazoo"`` or ``"curator"``, on
+    ZooKeeper): the nodes of kazoo's ``ReadLock``/``WriteLock`` (``__rlock__``/``__lock__``,
+    ``kazoo/recipe/lock.py``) or of Curator's ``InterProcessReadWriteLock``
+    (``__READ__``/``__WRIT__``, ``InterProcessReadWriteLock.java``), with the peer's rule:
+    a kazoo reader waits for the nearest writer ahead, a Curator reader for the first
+    one; a writer for the node right ahead. Curator's reentrancy (a writer taking the
+    read side) is not offered: a task holds one side at a time.
+
     :param session: where the waiter keys' lease comes from
     :param name: slash-separated name
+    :param layout: ``"coord"`` (the default), ``"kazoo"`` or ``"curator"``
+    :raises ConfigurationError: for a layout without a read-write lock (``"etcd"``) or
+        one the store does not speak
     :ivar read: the read side, shared with other readers
     :ivar write: the write side, held alone
     """
@@ -94,10 +107,10 @@ class RWLock:
     read: RWLockSide
     write: RWLockSide
 
-    def __init__(self, session: SessionSource, name: str) -> None:
+    def __init__(self, session: SessionSource, name: str, *, layout: str = "coord") -> None:
         self._name = _keys.check_name(name)
-        self.read = _Read(session, name)
-        self.write = _Write(session, name)
+        self.read = _Read(session, name, layout=layout)
+        self.write = _Write(session, name, layout=layout)
 
     @property
     def name(self) -> str:

@@ -54,14 +54,19 @@ class Semaphore(TaskLock):
     :param session: where the waiter keys' lease comes from
     :param name: slash-separated name
     :param limit: how many may hold at once (1 to 1000)
+    :param layout: ``"coord"`` (the default); the peers' semaphores are refused
+    :raises ConfigurationError: for a bad *limit*, or a layout without a semaphore
     """
 
     _what = "semaphore"
+    _kind = "semaphore"
 
-    def __init__(self, session: SessionSource, name: str, limit: int) -> None:
+    def __init__(
+        self, session: SessionSource, name: str, limit: int, *, layout: str = "coord"
+    ) -> None:
         if not 1 <= check_int(limit, "limit") <= MAX_LIMIT:
             raise ConfigurationError(f"limit must be between 1 and {MAX_LIMIT}, not {limit}")
-        super().__init__(session, name)
+        super().__init__(session, name, layout=layout)
         self._limit = limit
         self._rule = Rule(ahead=limit, limit=limit)
 

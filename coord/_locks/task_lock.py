@@ -13,6 +13,7 @@ import asyncio
 import logging
 import weakref
 from dataclasses import dataclass, field
+from functools import partial
 from time import monotonic
 from typing import TYPE_CHECKING
 
@@ -20,10 +21,13 @@ from anyio import get_current_task
 
 from .._core import keys as _keys
 from .._core.checks import check_bool, check_layout
-from .._core.exceptions import LockedError, LockLost, NotOwnerError
+from .._core.exceptions import ConfigurationError, LockedError, LockLost, NotOwnerError
 from .._sessions.identity import Waiter, waiter_value
 from .etcd_layout import EtcdHold, etcd_turn
 from .hold import Hold
+from .node_layouts import LAYOUTS as NODE_LAYOUTS
+from .node_layouts import layout_side
+from .node_turn import NodeHold, node_turn, node_waiters
 from .wait_queue import EXCLUSIVE, Rule, try_turn, wait_turn
 
 if TYPE_CHECKING:
@@ -82,6 +86,10 @@ class TaskLock:
         check_bool(reentrant, "reentrant")
         backend = source.backend
         self._layout = check_layout(layout, backend.layouts, type(backend).__name__)
+        # The peer's side of this recipe (refused at the call if the peer has none).
+        self._side = layout_side(layout, self._kind) if layout in NODE_LAYOUTS else None
+        if layout == "etcd" and self._kind not in ("mutex", "election"):
+            raise ConfigurationError(f"the 'etcd' layout has no {self._kind} (use layout='coord')")
         self._source = source
         self._name = _keys.check_name(name)
         self._prefix = _keys.prefix_of(name)
@@ -94,8 +102,9 @@ class TaskLock:
 
     @property
     def layout(self) -> str:
-        """The layout of its keys in the store: ``"coord"`` or ``"etcd"`` (etcd's Go
-        ``concurrency`` package: see :class:`coord.Mutex`)."""
+        """The layout of its keys in the store: ``"coord"``, ``"etcd"`` (etcd's Go
+        ``concurrency`` package), ``"kazoo"`` or ``"curator"`` (their recipes on
+        ZooKeeper): see :class:`coord.Mutex`."""
         return self._layout
 
     def __repr__(self) -> str:
@@ -107,6 +116,10 @@ class TaskLock:
     _hold_type: type[Hold] = Hold
     #: The hold of the etcd layout (:mod:`coord._locks.etcd_layout`).
     _etcd_hold_type: type[EtcdHold] = EtcdHold
+    #: The hold of kazoo's and Curator's layouts (:mod:`coord._locks.node_turn`).
+    _node_hold_type: type[NodeHold] = NodeHold
+    #: Which of a peer layout's recipes it is (:func:`~.node_layouts.layout_side`).
+    _kind = "mutex"
     #: Whether its acquires count in the client's statistics (not a queue's own turns).
     _counted = True
 
@@ -152,6 +165,10 @@ class TaskLock:
         if self._layout == "etcd":  # the oldest key holds (the Go layout's fence: raw)
             listing = await self._source.read(lambda b: b.keys_by_creation(self._prefix))
             return [Waiter._of(e, not i, raw_fence=True) for i, e in enumerate(listing.entries)]
+        if self._side is not None:
+            return await self._source.read(
+                partial(node_waiters, prefix=self._prefix, side=self._side)
+            )
         listing = await self._source.read(lambda b: b.entries(self._prefix))
         entries = listing.entries
         waiters = []
@@ -252,6 +269,16 @@ class TaskLock:
         """Register a waiter key and wait for its turn (or, with ``wait=False``, take it
         only if it has come). Not a coroutine function: it returns the call's coroutine,
         so that a waiter keeps no frame of its own here (its memory is mostly frames)."""
+        if self._side is not None:
+            return node_turn(
+                self._source,
+                self._name,
+                self._prefix,
+                self._side,
+                value=self._value,
+                hold_type=self._node_hold_type,
+                wait=wait,
+            )
         if self._layout == "etcd":
             return etcd_turn(
                 self._source,

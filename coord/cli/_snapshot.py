@@ -13,7 +13,8 @@ With the etcd layout (``coord status --layout etcd``) it lists instead the locks
 elections of etcd's Go ``client/v3/concurrency`` layout: keys ``<name>/<lease id in
 hex>`` bound to that very lease (mutex.go, election.go), oldest first: the holder or
 leader, then the waiters. The two layouts cannot be told apart from a Go peer's keys, so
-their kind is ``etcd``.
+their kind is ``etcd``. With kazoo's or Curator's layout (``--layout kazoo|curator``) it
+lists those recipes' locks and elections (:mod:`._node_snapshot`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from coord._membership.partition import lock_name
 from coord._sessions.identity import parse_identity
 
 from ._common import identity_in
+from ._node_snapshot import read_nodes
 
 if TYPE_CHECKING:
     import coord
@@ -55,6 +57,8 @@ class Snapshot:
         self.names: list[str] = []
         #: The revision of the read of the etcd layout's keys (None: not read).
         self.etcd_revision: int | None = None
+        #: The nodes listed for kazoo's or Curator's layout, with their revisions.
+        self.revisions_of_nodes: dict[str, int] = {}
 
     def as_json(self) -> dict[str, Any]:
         return {"version": SCHEMA_VERSION, "prefix": self.prefix, "objects": self.objects}
@@ -66,6 +70,9 @@ async def read(client: coord.Client, prefix: str, *, layout: str = "coord") -> S
     snapshot = Snapshot(prefix)
     if layout == "etcd":
         await _etcd_layout(client, snapshot)
+        return snapshot
+    if layout in ("kazoo", "curator"):
+        snapshot.objects, snapshot.revisions_of_nodes = await read_nodes(client, prefix, layout)
         return snapshot
     snapshot.names = await client.backend.names(prefix)
     queues = sorted(

@@ -37,12 +37,14 @@ GRACE = click.option(
 
 LAYOUT = click.option(
     "--layout",
-    type=click.Choice(["coord", "etcd"]),
+    type=click.Choice(["coord", "etcd", "kazoo", "curator"]),
     default="coord",
     show_default=True,
     help="The keys' layout: 'etcd' shares NAME with `etcdctl lock NAME` / `etcdctl elect "
     "NAME` and Go's client/v3/concurrency (etcd:// only; the name is the etcd key prefix "
-    "under the URL's namespace).",
+    "under the URL's namespace); 'kazoo' and 'curator' share it with kazoo's Lock/Election "
+    "and Curator's InterProcessMutex/LeaderLatch (zk:// only; the name is the lock's "
+    "node under the URL's chroot).",
 )
 
 

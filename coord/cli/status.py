@@ -34,11 +34,12 @@ RESCAN = 2.0
 @click.option("--watch", is_flag=True, help="Show it again at every change, until Ctrl-C.")
 @click.option(
     "--layout",
-    type=click.Choice(["coord", "etcd"]),
+    type=click.Choice(["coord", "etcd", "kazoo", "curator"]),
     default="coord",
     show_default=True,
     help="'etcd': the locks and elections of etcd's Go layout (`etcdctl lock`/`elect`, "
-    "`coord lock --layout etcd`) instead of coord's.",
+    "`coord lock --layout etcd`) instead of coord's; 'kazoo', 'curator': those of kazoo's "
+    "and Curator's recipes on ZooKeeper.",
 )
 @read_options
 def status(store: Store, prefix: str, as_json: bool, watch: bool, layout: str) -> None:
@@ -71,7 +72,10 @@ def status(store: Store, prefix: str, as_json: bool, watch: bool, layout: str) -
         each partition's lock, by partition;
       etcd (with --layout etcd): "entries" as for a mutex, oldest key first (the
         holder or leader), each also with "lease" (hex) and, for a key that records
-        no identity but a value (an election's candidate), "value".
+        no identity but a value (an election's candidate), "value";
+      kazoo, curator (with --layout kazoo|curator): "entries" in the peer's order,
+        each also with "session" (hex), "value" as for etcd, and "mode" in a
+        read-write lock; the fence is the node's czxid.
     """
     run(lambda _: _status(store, prefix, as_json=as_json, watch=watch, layout=layout))
 
@@ -171,6 +175,8 @@ def _who(entry: dict[str, Any]) -> str:
     value = repr(entry["value"]) if "value" in entry else ""
     if "lease" in entry:  # the etcd layout: which session (a Go peer records nobody)
         value = f"lease {entry['lease']}  {value}".rstrip()
+    if "session" in entry:  # kazoo's and Curator's layouts: which ZooKeeper session
+        value = f"session {entry['session']}  {value}".rstrip()
     if not entry.get("identity"):
         return value or "unknown"
     who = show_identity(entry["identity"])
@@ -244,14 +250,15 @@ async def _changed(client: coord.Client, snapshot: _snapshot.Snapshot) -> None:
                 if await backend.names(snapshot.prefix) != snapshot.names:
                     tg.cancel_scope.cancel()
 
-        async def keys(revision: int) -> None:  # the etcd layout's: any key under it
-            start = snapshot.prefix and snapshot.prefix + "/"
+        async def keys(start: str, revision: int) -> None:  # any key (child) under it
             await backend.wait_keys_changed(start, revision=revision)
             tg.cancel_scope.cancel()
 
         for prefix, revision in snapshot.revisions.items():
             tg.start_soon(watch, prefix, revision)
-        if snapshot.etcd_revision is None:
+        for name, revision in snapshot.revisions_of_nodes.items():
+            tg.start_soon(keys, name and name + "/", revision)
+        if snapshot.etcd_revision is not None:
+            tg.start_soon(keys, snapshot.prefix and snapshot.prefix + "/", snapshot.etcd_revision)
+        elif not snapshot.revisions_of_nodes:
             tg.start_soon(rescan)
-        else:
-            tg.start_soon(keys, snapshot.etcd_revision)

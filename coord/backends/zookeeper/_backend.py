@@ -12,7 +12,7 @@ from ..._core.background import BackgroundTasks
 from ..._core.checks import check_ttl
 from ..._core.exceptions import ClosedError, ConfigurationError, SessionExpiredError
 from ..._core.url import format_url
-from ...abc import Backend, Change, Entry, Lease, Listing, Position
+from ...abc import Backend, Change, Children, Entry, Lease, Listing, Position
 from .._common.limits import check_ops, check_value
 from .._common.tls import tls_files
 from ._changes import ChildChanges
@@ -22,8 +22,9 @@ from ._lease import SessionPolicy, ZooKeeperLease
 from ._multi import Transactions
 from ._nodes import Nodes
 from ._options import Options, check_hosts, url_options
-from ._paths import Paths, sharded_name
+from ._paths import Paths, parse_waiter, sharded_name
 from ._plain import PlainKeys
+from ._sequential import SequentialNodes, check_node_name
 from ._sizes import RequestSizes
 from ._waitqueue import WaitQueues
 from ._watches import WatchRegistry
@@ -77,6 +78,8 @@ class ZooKeeperBackend(FaultHooks, Backend):
     #: The server's ``jute.maxbuffer`` (1,048,575 bytes by default) less a margin: a
     #: request is measured as the packet sent (:mod:`._sizes`).
     max_request_size: int = 1_040_000
+    #: coord's own, and kazoo's and Curator's recipes (:mod:`._sequential`).
+    layouts: frozenset[str] = frozenset({"coord", "kazoo", "curator"})
 
     def __init__(
         self,
@@ -123,6 +126,9 @@ class ZooKeeperBackend(FaultHooks, Backend):
         self._queues = WaitQueues(self._conn, self._nodes, self._paths, self._watches)
         self._plain = PlainKeys(self._conn, self._nodes, self._paths)
         self._multi = Transactions(self._conn, self._nodes, self._paths, self._queues)
+        self._sequential = SequentialNodes(
+            self._conn, self._nodes, self._paths, self._queues, self._watches
+        )
         self._lease: ZooKeeperLease | None = None
         self._tg: BackgroundTasks | None = None
         self._grant_lock: anyio.Lock | None = None
@@ -299,11 +305,14 @@ class ZooKeeperBackend(FaultHooks, Backend):
         self, entry: Entry, *, ahead: int | None = 1, kind: str | None = None
     ) -> Position:
         """Read where *entry* stands. A checkpoint; one listing, plus one read per entry
-        ahead returned. Nothing changes on the store, whether cancelled or not.
+        ahead returned (for a peer layout's node, one read: does it still exist).
+        Nothing changes on the store, whether cancelled or not.
 
         :raises EntryGoneError: if the node no longer exists
         """
         self._check_open()
+        if parse_waiter(entry.key.rpartition("/")[2]) is None:
+            return await self._sequential.position(entry)
         return await self._queues.position(entry, ahead, kind)
 
     def wait_deleted(
@@ -345,6 +354,8 @@ class ZooKeeperBackend(FaultHooks, Backend):
         first attempt worked). If cancelled, the delete may have happened.
         """
         self._check_open()
+        if entry.provisional and not entry.key.rpartition("/")[2].startswith("@"):
+            return await self._sequential.delete_provisional(entry)  # a peer layout's
         return await self._queues.delete(entry)
 
     async def transact(self, ops: Sequence[Op]) -> tuple[Entry | None, ...] | None:
@@ -439,6 +450,42 @@ class ZooKeeperBackend(FaultHooks, Backend):
         if lease is not None and version is None:
             self._session_of(lease)
         return await self._plain.compare_and_set(key, value, version, ephemeral=lease is not None)
+
+    # -- the peer layouts (kazoo's and Curator's recipes) ----------------------------------
+
+    async def create_sequential(
+        self,
+        prefix: str,
+        name: str,
+        lease: Lease,
+        *,
+        value: bytes = b"",
+        containers: bool = True,
+    ) -> Entry:
+        """Create the EPHEMERAL_SEQUENTIAL node ``prefix + name + <sequence>`` (see
+        :meth:`coord.abc.Backend.create_sequential`). A checkpoint; one round trip (and
+        the parents' creates, the first time); after a lost reply one listing and one
+        read per node of *name*. If cancelled, the node may exist: delete the
+        provisional entry to clean up."""
+        check_node_name(name)
+        check_value(value, self.max_value_size, f"create {prefix + name!r}")
+        self._sizes.check_write(prefix + name + "0000000000", value, "create")
+        self._check_open()
+        session_id = self._session_of(lease)
+        return await self._sequential.create(prefix, name, value, session_id, containers=containers)
+
+    async def child_names(self, prefix: str) -> Children:
+        """The children of *prefix*'s node, raw, with its pzxid. A checkpoint; one
+        listing; nothing changes on the store."""
+        self._check_open()
+        return await self._sequential.children(prefix)
+
+    async def wait_keys_changed(self, prefix: str, *, revision: int) -> None:
+        """Until a child of *prefix*'s node may have been created or deleted since
+        *revision* (a pzxid from :meth:`child_names`). A checkpoint; one children watch
+        (an exists watch while the node is missing); spurious after a disconnect."""
+        self._check_open()
+        await self._sequential.wait_children_changed(prefix, revision)
 
     @asynccontextmanager
     async def watch(self, prefix: str, *, revision: int) -> AsyncIterator[AsyncIterator[Change]]:

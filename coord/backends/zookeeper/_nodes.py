@@ -66,9 +66,16 @@ class Nodes:
         self.containers = True
 
     async def create(
-        self, path: str, value: bytes, *, ephemeral: bool = False, sequence: bool = False
+        self,
+        path: str,
+        value: bytes,
+        *,
+        ephemeral: bool = False,
+        sequence: bool = False,
+        containers: bool = True,
     ) -> tuple[str, Any]:
-        """Create a node, and its missing parents as containers; return ``(path, stat)``.
+        """Create a node, and its missing parents as containers (persistent nodes with
+        ``containers=False``); return ``(path, stat)``.
 
         Not retried after a connection loss (it may have happened).
         """
@@ -81,7 +88,7 @@ class Nodes:
                     ),
                 )
             except kz.NoNodeError:
-                await self.ensure_parents(path)
+                await self.ensure_parents(path, containers=containers)
         raise BackendError(f"ZooKeeper create {path}: its parent keeps disappearing")
 
     async def create_and_list(
@@ -120,22 +127,22 @@ class Nodes:
             raise BackendUnavailable(f"ZooKeeper create in {node}: no answer")
         raise BackendError(f"ZooKeeper create {path}: its parent keeps disappearing")
 
-    async def ensure_parents(self, path: str) -> None:
+    async def ensure_parents(self, path: str, *, containers: bool = True) -> None:
         """Create the missing ancestors of *path*, deepest existing one first."""
         missing: list[str] = []
         for ancestor in reversed(self._paths.ancestors(path)):
             try:
-                await self._create_parent(ancestor)
+                await self._create_parent(ancestor, containers)
             except kz.NoNodeError:
                 missing.append(ancestor)
                 continue
             break
         for ancestor in reversed(missing):
-            await self._create_parent(ancestor)
+            await self._create_parent(ancestor, containers)
 
-    async def _create_parent(self, path: str) -> None:
+    async def _create_parent(self, path: str, containers: bool = True) -> None:
         try:
-            if self.containers:
+            if self.containers and containers:
                 try:
                     await self._conn.call(
                         "create container",

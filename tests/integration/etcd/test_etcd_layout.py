@@ -17,37 +17,17 @@ from urllib.parse import urlsplit
 
 import anyio
 import pytest
-from anyio.streams.text import TextReceiveStream
 
 import coord
+
+from .._peer import Peer
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-    from anyio.abc import Process
-
     from coord.testing import EtcdServer
 
 pytestmark = [pytest.mark.etcd]
-
-
-class Peer:
-    """One etcdctl process, its stdout read line by line."""
-
-    def __init__(self, process: Process) -> None:
-        self.process = process
-        assert process.stdout is not None
-        self._lines = TextReceiveStream(process.stdout)
-        self._buffer = ""
-
-    async def line(self) -> str:
-        while "\n" not in self._buffer:
-            self._buffer += await self._lines.receive()
-        line, self._buffer = self._buffer.split("\n", 1)
-        return line
-
-    def running(self) -> bool:
-        return self.process.returncode is None
 
 
 @asynccontextmanager

@@ -126,6 +126,8 @@ async def test_refused_at_the_call(etcd_url: str) -> None:
     with pytest.raises(coord.ConfigurationError, match="does not speak"):
         coord.connect("memory://layout", layout="etcd")
     with pytest.raises(coord.ConfigurationError, match="layout must be one of"):
+        coord.connect(etcd_url, layout="cura")
+    with pytest.raises(coord.ConfigurationError, match=r"Curator.*does not speak it"):
         coord.connect(etcd_url, layout="curator")
     async with connect(etcd_url) as client:
         with pytest.raises(coord.ConfigurationError, match="cohort"):
