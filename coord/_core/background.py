@@ -23,7 +23,6 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import sniffio
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine
@@ -64,7 +63,7 @@ class BackgroundTasks:
 
     async def open(self) -> None:
         """Start the host task. A checkpoint (cancelling it leaves no task behind)."""
-        if sniffio.current_async_library() == "asyncio":
+        if _on_asyncio():
             self._native = _NativeTasks(self._crashed)
         outer = anyio.create_task_group()
         await outer.__aenter__()
@@ -137,6 +136,15 @@ class BackgroundTasks:
             if self._native is not None:
                 with anyio.CancelScope(shield=True):
                     await self._native.wait()
+
+
+def _on_asyncio() -> bool:
+    """Whether this runs on asyncio (not trio): no dependency but anyio's and the
+    standard library's (sniffio comes with some anyio releases only)."""
+    try:
+        return asyncio.current_task() is not None
+    except RuntimeError:  # no asyncio loop running here
+        return False
 
 
 class _NativeTasks:

@@ -119,6 +119,9 @@ class Combiner:
         """Queue one fresh job (``state(job_id)`` its header), in the next transaction
         of this client's puts. A checkpoint; see the module docstring for its outcomes
         and its cancellation."""
+        # A client that is not open, or runs no sessions, says so here (not done); the
+        # transaction waits for a live session all the same.
+        await self._source.live()
         put = _Put(data, key, state)
         self._waiting.append(put)
         self._send_more()
