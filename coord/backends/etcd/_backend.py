@@ -321,7 +321,7 @@ class EtcdBackend(Backend):
         # since the read) only from its resync loop, every 100 ms, so a handoff waited up
         # to 100 ms. A write between the read and
         # the creation is then checked by reading the keys once (and mine, for a proof).
-        wait = _Wait(len(keys), self._conn.event)
+        wait = _Wait(len(keys), self._conn.waiter)
         handed = self._hand_over_guard(keys, entry, wait.wake, wait.on_created)
         guards: list[Guard] = (
             [handed]

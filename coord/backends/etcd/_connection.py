@@ -165,6 +165,8 @@ class Connection:
         self._clock = anyio.current_time
         #: Makes an event of the transport's kind (``_grpc._pipe.Event``).
         self.event: Callable[[], Event] = anyio.Event
+        #: Makes an event that one task at a time waits on (``Runtime.waiter``).
+        self.waiter: Callable[[], Event] = anyio.Event
         #: Statistics: Authenticate requests sent.
         self.logins = 0
         self._closed = False
@@ -229,6 +231,7 @@ class Connection:
         )
         self._clock = channel.runtime.clock
         self.event = channel.runtime.event
+        self.waiter = channel.runtime.waiter
         self._channel = channel
         self._generation += 1
         self.kv = rpc.KVStub(channel)

@@ -348,7 +348,7 @@ class WatchStream:
             while True:
                 request = self._next_request()
                 if request is None:
-                    self._idle = idle = self._conn.event()
+                    self._idle = idle = self._conn.waiter()
                     try:
                         await idle.wait()
                     finally:

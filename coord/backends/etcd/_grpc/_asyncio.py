@@ -31,7 +31,35 @@ __all__ = ["runtime"]
 
 def runtime() -> Runtime:
     """The fast path on the running asyncio loop (its clock is anyio's there)."""
-    return Runtime(asyncio.get_running_loop().time, asyncio.Event, _dial, native=True)
+    return Runtime(asyncio.get_running_loop().time, asyncio.Event, _Waiter, _dial, native=True)
+
+
+class _Waiter:
+    """An event that one task at a time waits on, on a bare future (an ``asyncio.Event``
+    keeps a deque of futures, one made per wait). A waiter cancelled cancels the
+    future; the next wait makes another."""
+
+    __slots__ = ("_future", "_set")
+
+    def __init__(self) -> None:
+        self._future: asyncio.Future[None] | None = None
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+        future = self._future
+        if future is not None and not future.done():
+            future.set_result(None)
+
+    def is_set(self) -> bool:
+        return self._set
+
+    async def wait(self) -> None:
+        if not self._set:
+            future = self._future
+            if future is None or future.done():
+                future = self._future = asyncio.get_running_loop().create_future()
+            await future
 
 
 class _Protocol(asyncio.Protocol):

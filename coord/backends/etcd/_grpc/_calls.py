@@ -218,7 +218,7 @@ class UnaryCall(_Call):
 
     async def _outcome(self) -> Any:
         if self._code is None:
-            done = self._done = self._channel.runtime.event()
+            done = self._done = self._channel.runtime.waiter()
             try:
                 await done.wait()
             except BaseException:  # the awaiting task's cancellation: the call's too
@@ -274,7 +274,7 @@ class StreamCall(_Call):
         assert self._conn is not None
         assert self._stream is not None
         data = grpc_message(self._serialize(request))
-        done = self._channel.runtime.event()
+        done = self._channel.runtime.waiter()
         if not self._conn.send(self._stream, data, end=False, done=done):
             await done.wait()  # held back by flow control
             if self._code is not None:
@@ -291,7 +291,7 @@ class StreamCall(_Call):
                 if self.cancelled_here:
                     raise CallEnded("the call was cancelled")
                 raise self._error()
-            self._readable = self._channel.runtime.event()
+            self._readable = self._channel.runtime.waiter()
             await self._readable.wait()
         data = self._replies.popleft()
         if self._conn is not None and self._stream is not None:

@@ -17,7 +17,7 @@ from ._stream import dial
 __all__ = ["GENERIC", "current_runtime", "fast_path"]
 
 #: anyio's runtime: what trio (and any loop but asyncio) runs.
-GENERIC = Runtime(anyio.current_time, anyio.Event, dial)
+GENERIC = Runtime(anyio.current_time, anyio.Event, anyio.Event, dial)
 
 #: Whether asyncio takes its fast path (tests and benchmarks set it False to measure or
 #: test the generic path on asyncio).
