@@ -7,6 +7,7 @@ fails as UNAVAILABLE, naming what was wrong; through coord's connection, a
 
 from __future__ import annotations
 
+import asyncio
 import struct
 import time
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,7 @@ from coord import BackendUnavailable
 from coord.backends.etcd._connection import Connection
 from coord.backends.etcd._grpc import Channel, RpcError
 
-from ._etcd_loops import transport_loops
+from ._etcd_loops import ASYNCIO, transport_loops
 from ._h2_script import (
     CONTINUATION,
     DATA,
@@ -277,3 +278,48 @@ async def test_a_server_that_sends_past_a_streams_window_is_dropped(tasks: TaskG
             assert sum(len(r) + 5 for r in call._replies) <= 65_536
         finally:
             await channel.close()
+
+
+async def _cancelled_call(tasks: TaskGroup, native: bool) -> None:
+    """A call cancelled while awaited resets its stream (RST_STREAM CANCEL) and leaves no
+    stream open on the connection; the next call on it is served."""
+    answered = [False]
+
+    def answer(sid: int) -> bytes:
+        if answered[0] or sid == 1:
+            return b""  # the first request: no answer
+        answered[0] = True
+        return reply(sid)
+
+    async with scripted(answer) as (port, script):
+        channel = Channel("127.0.0.1", port, spawn=tasks.start_soon)
+        try:
+            call = rpc.KVStub(channel).Range(rpc.RangeRequest(key=b"k"), timeout=10)
+            if native:
+                with pytest.raises(TimeoutError):
+                    async with asyncio.timeout(0.2):
+                        await call
+            else:
+                with anyio.move_on_after(0.2):
+                    await call
+            assert call.cancelled()
+            with anyio.fail_after(3):
+                await script.reset.wait()
+            assert script.resets == [1]
+            conn = channel._conn
+            assert conn is not None
+            assert not conn._streams
+            with anyio.fail_after(3):
+                assert await _range(channel) == rpc.RangeResponse()
+        finally:
+            await channel.close()
+
+
+async def test_a_call_cancelled_by_its_scope_resets_its_stream(tasks: TaskGroup) -> None:
+    await _cancelled_call(tasks, native=False)
+
+
+@pytest.mark.parametrize("transport_loop", ASYNCIO, indirect=True)
+async def test_a_call_cancelled_natively_resets_its_stream(tasks: TaskGroup) -> None:
+    """``asyncio.timeout`` (a native ``task.cancel()``), as the scope does."""
+    await _cancelled_call(tasks, native=True)
