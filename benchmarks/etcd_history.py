@@ -46,7 +46,7 @@ async def blocks(fn: Callable[[], Awaitable[None]], rounds: int, block: int = 50
 
 
 async def main(url: str, host: str, port: int, counts: list[int], rounds: int) -> None:
-    channel = Channel(host, port)
+    channel = await Channel(host, port).__aenter__()  # (its tasks, until __aexit__)
     kv = rpc.KVStub(channel)
     async with coord.connect(url, ttl=30) as client:
         name = f"h{uuid.uuid4().hex[:8]}"
@@ -83,7 +83,7 @@ async def main(url: str, host: str, port: int, counts: list[int], rounds: int) -
             read = await blocks(head_read, rounds)
             raw = await blocks(raw_pair, rounds)
             print(f"{count:>12,}  {mine:>9.0f}us  {read:>7.0f}us  {raw:>6.0f}us")
-    await channel.close()
+    await channel.__aexit__(None, None, None)
 
 
 if __name__ == "__main__":

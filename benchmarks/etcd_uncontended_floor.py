@@ -46,7 +46,7 @@ def _put(key: bytes, value: bytes, lease: int) -> Any:
 
 
 async def main(url: str, host: str, port: int, blocks: int, rounds: int) -> None:
-    channel = Channel(host, port)
+    channel = await Channel(host, port).__aenter__()  # (its tasks, until __aexit__)
     kv = rpc.KVStub(channel)
     lease = (await rpc.LeaseStub(channel).LeaseGrant(rpc.LeaseGrantRequest(TTL=60))).ID
     pk = f"floor-{uuid.uuid4().hex[:6]}/".encode()
@@ -97,7 +97,7 @@ async def main(url: str, host: str, port: int, blocks: int, rounds: int) -> None
                     await loop()
                 times[name].append((time.perf_counter() - t0) / rounds * 1e6)
                 cpus[name].append((time.process_time() - c0) / rounds * 1e6)
-    await channel.close()
+    await channel.__aexit__(None, None, None)
     median = {name: statistics.median(t) for name, t in times.items()}
     for name in loops:
         print(

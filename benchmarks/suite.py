@@ -301,8 +301,7 @@ async def uncontended_ratio(
             raws = {"kazoo": kazoo_pairs}
         else:
             etcd = await stack.enter_async_context(aetcd.Client(host=host, port=port))
-            channel = Channel(host, port)
-            stack.push_async_callback(channel.close)
+            channel = await stack.enter_async_context(Channel(host, port))
             kv = rpc.KVStub(channel)
 
             async def aetcd_pairs(rounds: int) -> float:

@@ -1,6 +1,6 @@
-"""Integration tests run on asyncio: aetcd's gRPC and aiokafka are asyncio-only (the
-ZooKeeper tests choose their own loop in their conftest). Certificates for the TLS tests
-of both stores."""
+"""Integration tests run on asyncio unless they choose (aiokafka is asyncio-only; the
+etcd and ZooKeeper tests choose their loops in their conftests). Certificates for the
+TLS tests of both stores."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Neither store's backend starts a thread (issue 18): a whole client's life leaves
-``threading.enumerate()`` as it was. ZooKeeper's speaks its protocol on anyio (asyncio
-and trio); etcd's speaks gRPC itself (``backends/etcd/_grpc/``; grpc.aio ran a poller
-thread and four ``event_engine`` threads). Endpoints are addresses: a host name would be
+``threading.enumerate()`` as it was, on asyncio and trio. ZooKeeper's speaks its protocol
+on anyio; etcd's speaks gRPC itself (``backends/etcd/_grpc/``: on anyio streams, and on
+asyncio's own transport on asyncio; grpc.aio ran a poller thread and four
+``event_engine`` threads). Endpoints are addresses: a host name would be
 resolved by the event loop's executor, a thread of the loop's."""
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture(
     params=[
         pytest.param(("etcd", "asyncio"), marks=pytest.mark.etcd, id="etcd"),
+        pytest.param(("etcd", "trio"), marks=pytest.mark.etcd, id="etcd-trio"),
         pytest.param(("zookeeper", "asyncio"), marks=pytest.mark.zookeeper, id="zk-asyncio"),
         pytest.param(("zookeeper", "trio"), marks=pytest.mark.zookeeper, id="zk-trio"),
     ]

@@ -61,6 +61,8 @@ class Script:
     def __init__(self, answer: Callable[[int], bytes]) -> None:
         self.answer = answer
         self.requests: list[int] = []
+        self.resets: list[int] = []  # the streams the client reset (RST_STREAM)
+        self.reset = anyio.Event()  # the client reset a stream
         self.connections = 0
         self.closed = anyio.Event()  # the client closed (or reset) a connection
 
@@ -83,6 +85,9 @@ class Script:
                     if kind == HEADERS:
                         self.requests.append(int.from_bytes(sid, "big"))
                         await stream.send(self.answer(self.requests[-1]))
+                    elif kind == RST_STREAM:
+                        self.resets.append(int.from_bytes(sid, "big"))
+                        self.reset.set()
         except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
             self.closed.set()
 

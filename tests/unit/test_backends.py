@@ -6,6 +6,7 @@ import pytest
 import trio
 
 import coord
+from coord.backends.memory import MemoryBackend
 
 pytestmark = pytest.mark.anyio
 
@@ -15,24 +16,29 @@ def anyio_backend() -> str:
     return "trio"
 
 
-async def test_etcd_under_trio_is_refused_at_the_call() -> None:
-    """Saying why in coord's own terms (not "its client library", which coord no longer
-    uses for etcd's connections)."""
-    with pytest.raises(coord.ConfigurationError, match="asyncio only") as refused:
-        coord.connect("etcd://127.0.0.1:1")
-    assert "coord's HTTP/2 transport for etcd's gRPC is built on asyncio" in str(refused.value)
-    assert "client library" not in str(refused.value)
+async def test_etcd_is_accepted_under_trio() -> None:
+    """etcd's transport runs on anyio streams: no refusal at the call (the store is
+    reached only when the client opens)."""
+    client = coord.connect("etcd://127.0.0.1:1")
+    assert client.backend.any_event_loop
 
 
-def test_etcd_made_outside_a_loop_is_refused_when_opened_under_trio() -> None:
-    client = coord.connect("etcd://127.0.0.1:1")  # no event loop yet: checked at open
+class _AsyncioOnly(MemoryBackend):
+    any_event_loop = False
+    asyncio_only_because = "a reason of its own"
+
+
+def test_an_asyncio_only_backend_is_refused_when_opened_under_trio() -> None:
+    """The refusal a backend that cannot run on trio gets (none of coord's now)."""
+    client = coord.Client(_AsyncioOnly())
 
     async def open_it() -> None:
         async with client:
             pass
 
-    with pytest.raises(coord.ConfigurationError, match="asyncio only"):
+    with pytest.raises(coord.ConfigurationError, match="asyncio only") as refused:
         trio.run(open_it)
+    assert "a reason of its own" in str(refused.value)
 
 
 async def test_memory_runs_under_trio() -> None:

@@ -14,7 +14,11 @@ from aetcd import rpc
 from coord.backends.etcd._connection import stream_read, stream_write
 from coord.backends.etcd._grpc import Channel
 
+from ._etcd_loops import transport_loops
+
 if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
+
     from coord.testing import EtcdServer
 
 pytestmark = pytest.mark.anyio
@@ -24,15 +28,15 @@ VALUE = 64 * 1024
 PUTS = 40  # 2.5 MiB of events: ten windows
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"  # the etcd backend is asyncio's
+anyio_backend = transport_loops()
 
 
-async def test_a_watch_nobody_reads_holds_at_most_a_window(etcd_server: EtcdServer) -> None:
+async def test_a_watch_nobody_reads_holds_at_most_a_window(
+    tasks: TaskGroup, etcd_server: EtcdServer
+) -> None:
     host, port = etcd_server.endpoint.rsplit(":", 1)
-    watcher = Channel(host, int(port), stream_window=WINDOW)
-    writer = Channel(host, int(port))
+    watcher = Channel(host, int(port), stream_window=WINDOW, spawn=tasks.start_soon)
+    writer = Channel(host, int(port), spawn=tasks.start_soon)
     try:
         call = rpc.WatchStub(watcher).Watch()
         create = rpc.WatchCreateRequest(key=b"bp/", range_end=b"bp0")

@@ -7,6 +7,7 @@ fails as UNAVAILABLE, naming what was wrong; through coord's connection, a
 
 from __future__ import annotations
 
+import asyncio
 import struct
 import time
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,7 @@ from coord import BackendUnavailable
 from coord.backends.etcd._connection import Connection
 from coord.backends.etcd._grpc import Channel, RpcError
 
+from ._etcd_loops import ASYNCIO, transport_loops
 from ._h2_script import (
     CONTINUATION,
     DATA,
@@ -38,14 +40,14 @@ from ._h2_script import (
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from anyio.abc import TaskGroup
+
     from coord.testing import EtcdServer
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"  # the etcd backend is asyncio's
+anyio_backend = transport_loops()
 
 
 def _setting(key: int, value: int) -> bytes:
@@ -92,11 +94,11 @@ async def _range(channel: Channel, deadline: float = 2.0) -> Any:
     return await rpc.KVStub(channel).Range(rpc.RangeRequest(key=b"k"), timeout=deadline)
 
 
-async def test_the_scripted_server_serves_a_well_formed_reply() -> None:
+async def test_the_scripted_server_serves_a_well_formed_reply(tasks: TaskGroup) -> None:
     """The control: the same server with no hostile frame is served (so each case below
     fails for its hostile frame, not for the script)."""
     async with scripted(reply) as (port, script):
-        channel = Channel("127.0.0.1", port)
+        channel = Channel("127.0.0.1", port, spawn=tasks.start_soon)
         try:
             with anyio.fail_after(3):
                 answer = await _range(channel)
@@ -107,14 +109,14 @@ async def test_the_scripted_server_serves_a_well_formed_reply() -> None:
 
 
 @pytest.mark.parametrize("case", list(HOSTILE))
-async def test_a_hostile_frame_drops_the_connection(case: str) -> None:
+async def test_a_hostile_frame_drops_the_connection(tasks: TaskGroup, case: str) -> None:
     """The hostile frame, then a good reply: the call fails as UNAVAILABLE at once (long
     before its deadline), saying HTTP/2 was broken, and the client closes the
     connection; the next call opens a new one."""
     hostile = HOSTILE[case]
     good = (lambda sid: b"") if case.endswith("then silence") else reply
     async with scripted(lambda sid: hostile(sid) + good(sid)) as (port, script):
-        channel = Channel("127.0.0.1", port, reconnect_backoff=(0.01, 0.01))
+        channel = Channel("127.0.0.1", port, reconnect_backoff=(0.01, 0.01), spawn=tasks.start_soon)
         try:
             started = time.monotonic()
             with pytest.raises(RpcError) as info:
@@ -166,7 +168,7 @@ async def test_a_truncated_frame_then_silence_ends_in_the_request_timeout() -> N
             await conn.close()
 
 
-async def test_goaway_mid_stream_fails_the_unprocessed_call() -> None:
+async def test_goaway_mid_stream_fails_the_unprocessed_call(tasks: TaskGroup) -> None:
     """GOAWAY naming no stream as processed, after the reply's headers: the call fails as
     UNAVAILABLE (it never ran: safe to repeat elsewhere) and the connection is closed."""
 
@@ -176,7 +178,7 @@ async def test_goaway_mid_stream_fails_the_unprocessed_call() -> None:
         return headers + h2(GOAWAY, 0, 0, b"\0" * 8)
 
     async with scripted(answer) as (port, script):
-        channel = Channel("127.0.0.1", port)
+        channel = Channel("127.0.0.1", port, spawn=tasks.start_soon)
         try:
             with anyio.fail_after(2), pytest.raises(RpcError) as info:
                 await _range(channel)
@@ -188,12 +190,12 @@ async def test_goaway_mid_stream_fails_the_unprocessed_call() -> None:
             await channel.close()
 
 
-async def test_a_storm_of_refused_streams_ends_after_a_few_tries() -> None:
+async def test_a_storm_of_refused_streams_ends_after_a_few_tries(tasks: TaskGroup) -> None:
     """Every stream refused (RST_STREAM REFUSED_STREAM, "not processed"): the call goes
     again a bounded number of times, then fails as UNAVAILABLE; no endless retry."""
     refused = lambda sid: h2(RST_STREAM, 0, sid, b"\0\0\0\x07")  # noqa: E731
     async with scripted(refused) as (port, script):
-        channel = Channel("127.0.0.1", port)
+        channel = Channel("127.0.0.1", port, spawn=tasks.start_soon)
         try:
             with anyio.fail_after(2), pytest.raises(RpcError) as info:
                 await _range(channel)
@@ -204,7 +206,7 @@ async def test_a_storm_of_refused_streams_ends_after_a_few_tries() -> None:
             await channel.close()
 
 
-async def test_resets_of_closed_streams_are_ignored() -> None:
+async def test_resets_of_closed_streams_are_ignored(tasks: TaskGroup) -> None:
     """RFC 9113, 5.1: frames on a stream we closed may still arrive; thousands of
     RST_STREAM frames on the finished stream leave the connection serving the next call."""
 
@@ -213,7 +215,7 @@ async def test_resets_of_closed_streams_are_ignored() -> None:
         return storm + reply(sid)
 
     async with scripted(answer) as (port, script):
-        channel = Channel("127.0.0.1", port)
+        channel = Channel("127.0.0.1", port, spawn=tasks.start_soon)
         try:
             with anyio.fail_after(3):
                 await _range(channel)
@@ -225,7 +227,9 @@ async def test_resets_of_closed_streams_are_ignored() -> None:
             await channel.close()
 
 
-async def test_a_message_over_the_receive_limit_ends_its_call_not_the_connection() -> None:
+async def test_a_message_over_the_receive_limit_ends_its_call_not_the_connection(
+    tasks: TaskGroup,
+) -> None:
     """A reply whose gRPC length prefix says 2^32-1 bytes (the limit here: 1 KiB) ends
     that call as RESOURCE_EXHAUSTED as soon as the prefix arrives, nothing of it is
     buffered, and the stream is reset; gRPC's rule for one oversized message, which may be
@@ -239,7 +243,7 @@ async def test_a_message_over_the_receive_limit_ends_its_call_not_the_connection
         return headers + h2(DATA, 0, sid, b"\0\xff\xff\xff\xff")
 
     async with scripted(answer) as (port, script):
-        channel = Channel("127.0.0.1", port, max_receive=1024)
+        channel = Channel("127.0.0.1", port, max_receive=1024, spawn=tasks.start_soon)
         try:
             with anyio.fail_after(2), pytest.raises(RpcError) as info:
                 await _range(channel)
@@ -251,7 +255,7 @@ async def test_a_message_over_the_receive_limit_ends_its_call_not_the_connection
             await channel.close()
 
 
-async def test_a_server_that_sends_past_a_streams_window_is_dropped() -> None:
+async def test_a_server_that_sends_past_a_streams_window_is_dropped(tasks: TaskGroup) -> None:
     """A stream's replies that its reader has not taken are not given back to its window,
     so a server that goes on sending to a reader that does not read breaks flow control
     (RFC 9113, 6.9.1): the connection is dropped, and no more than a window is held."""
@@ -263,7 +267,7 @@ async def test_a_server_that_sends_past_a_streams_window_is_dropped() -> None:
         return headers + h2(DATA, 0, sid, message) * 8  # 128 KB, twice the window
 
     async with scripted(answer) as (port, script):
-        channel = Channel("127.0.0.1", port, stream_window=65_536)
+        channel = Channel("127.0.0.1", port, stream_window=65_536, spawn=tasks.start_soon)
         try:
             call = rpc.WatchStub(channel).Watch()
             create = rpc.WatchCreateRequest(key=b"k")
@@ -274,3 +278,48 @@ async def test_a_server_that_sends_past_a_streams_window_is_dropped() -> None:
             assert sum(len(r) + 5 for r in call._replies) <= 65_536
         finally:
             await channel.close()
+
+
+async def _cancelled_call(tasks: TaskGroup, native: bool) -> None:
+    """A call cancelled while awaited resets its stream (RST_STREAM CANCEL) and leaves no
+    stream open on the connection; the next call on it is served."""
+    answered = [False]
+
+    def answer(sid: int) -> bytes:
+        if answered[0] or sid == 1:
+            return b""  # the first request: no answer
+        answered[0] = True
+        return reply(sid)
+
+    async with scripted(answer) as (port, script):
+        channel = Channel("127.0.0.1", port, spawn=tasks.start_soon)
+        try:
+            call = rpc.KVStub(channel).Range(rpc.RangeRequest(key=b"k"), timeout=10)
+            if native:
+                with pytest.raises(TimeoutError):
+                    async with asyncio.timeout(0.2):
+                        await call
+            else:
+                with anyio.move_on_after(0.2):
+                    await call
+            assert call.cancelled()
+            with anyio.fail_after(3):
+                await script.reset.wait()
+            assert script.resets == [1]
+            conn = channel._conn
+            assert conn is not None
+            assert not conn._streams
+            with anyio.fail_after(3):
+                assert await _range(channel) == rpc.RangeResponse()
+        finally:
+            await channel.close()
+
+
+async def test_a_call_cancelled_by_its_scope_resets_its_stream(tasks: TaskGroup) -> None:
+    await _cancelled_call(tasks, native=False)
+
+
+@pytest.mark.parametrize("transport_loop", ASYNCIO, indirect=True)
+async def test_a_call_cancelled_natively_resets_its_stream(tasks: TaskGroup) -> None:
+    """``asyncio.timeout`` (a native ``task.cancel()``), as the scope does."""
+    await _cancelled_call(tasks, native=True)

@@ -25,8 +25,12 @@ from coord.backends.etcd._connection import Connection, stream_write
 from coord.backends.etcd._grpc import Channel
 from coord.backends.etcd._grpc._connection import _Connection
 
+from ._etcd_loops import ASYNCIO, transport_loops
+
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
+
+    from anyio.abc import TaskGroup
 
     from coord.testing import EtcdServer
 
@@ -35,9 +39,7 @@ pytestmark = pytest.mark.anyio
 FLOOD = Path(__file__).with_name("_h2_flood.py")
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"  # the etcd backend is asyncio's
+anyio_backend = transport_loops()
 
 
 def _range(conn: Connection) -> Any:
@@ -66,10 +68,10 @@ async def flood_port(request: pytest.FixtureRequest) -> AsyncIterator[int]:
         yield port
 
 
-async def _latencies(etcd_server: EtcdServer, until: anyio.Event) -> list[float]:
+async def _latencies(tasks: TaskGroup, etcd_server: EtcdServer, until: anyio.Event) -> list[float]:
     """Txn after Txn on a real etcd until *until*: how long each took."""
     host, port = etcd_server.endpoint.rsplit(":", 1)
-    channel = Channel(host, int(port))
+    channel = Channel(host, int(port), spawn=tasks.start_soon)
     kv = rpc.KVStub(channel)
     took: list[float] = []
     try:
@@ -85,7 +87,10 @@ async def _latencies(etcd_server: EtcdServer, until: anyio.Event) -> list[float]
 
 
 async def test_a_peer_that_floods_and_never_reads_is_dropped_with_bounded_memory(
-    flood_port: int, etcd_server: EtcdServer, monkeypatch: pytest.MonkeyPatch
+    tasks: TaskGroup,
+    flood_port: int,
+    etcd_server: EtcdServer,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Answers to a flood of PINGs (or SETTINGS) that the peer never reads used to pile
     up in the transport's buffer without bound (+85 MB in 6 s) and stall the process's
@@ -96,8 +101,8 @@ async def test_a_peer_that_floods_and_never_reads_is_dropped_with_bounded_memory
 
     def measured(self: _Connection, data: bytes) -> None:
         received(self, data)
-        if self._transport is not None:
-            buffered.append(self._transport.get_write_buffer_size())
+        if self._pipe is not None:
+            buffered.append(self._pipe.get_write_buffer_size())
 
     monkeypatch.setattr(_Connection, "data_received", measured)
     conn = Connection((("127.0.0.1", flood_port),), request_timeout=2.0)
@@ -106,7 +111,7 @@ async def test_a_peer_that_floods_and_never_reads_is_dropped_with_bounded_memory
     took: list[float] = []
 
     async def other_client() -> None:
-        took.extend(await _latencies(etcd_server, done))
+        took.extend(await _latencies(tasks, etcd_server, done))
 
     try:
         async with anyio.create_task_group() as tg:
@@ -134,7 +139,7 @@ async def test_a_peer_that_floods_and_never_reads_is_dropped_with_bounded_memory
     [("sink", 1.0, "nothing could be sent"), ("trickle", 30.0, "a flood")],
 )
 async def test_writes_wait_while_the_peer_does_not_read(
-    mode: str, stall_timeout: float, why: str
+    tasks: TaskGroup, mode: str, stall_timeout: float, why: str
 ) -> None:
     """A peer that opens every window and never reads: each write went straight into
     the transport's buffer (64 writes of 1 MB: 64 MB). Now writes wait while the
@@ -142,7 +147,7 @@ async def test_writes_wait_while_the_peer_does_not_read(
     ``stall_timeout`` (``sink``) or once the peer asked for too many answers it does not
     read (``trickle``: a PING a millisecond); the write fails as BackendUnavailable."""
     async with _peer(mode) as port:
-        channel = Channel("127.0.0.1", port, stall_timeout=stall_timeout)
+        channel = Channel("127.0.0.1", port, stall_timeout=stall_timeout, spawn=tasks.start_soon)
         try:
             call = rpc.WatchStub(channel).Watch()
             big = rpc.WatchRequest(create_request=rpc.WatchCreateRequest(key=b"k" * 1_000_000))
@@ -152,8 +157,8 @@ async def test_writes_wait_while_the_peer_does_not_read(
                 for _ in range(64):
                     await stream_write(call, big)
                     conn = channel._conn
-                    if conn is not None and conn._transport is not None:
-                        buffered.append(conn._transport.get_write_buffer_size())
+                    if conn is not None and conn._pipe is not None:
+                        buffered.append(conn._pipe.get_write_buffer_size())
             assert time.monotonic() - started < min(stall_timeout, 5.0) + 1.0
             assert max(buffered) < 4 * 1024 * 1024, f"{max(buffered):,} bytes buffered"
             assert await call.code() == grpc.StatusCode.UNAVAILABLE
@@ -268,6 +273,7 @@ async def _zero_window(relay_to: str | None) -> AsyncIterator[tuple[int, list[An
             await server.wait_closed()
 
 
+@pytest.mark.parametrize("transport_loop", ASYNCIO, indirect=True)  # (an asyncio server)
 async def test_a_connection_whose_calls_cannot_send_is_replaced(
     etcd_server: EtcdServer,
 ) -> None:
@@ -290,6 +296,7 @@ async def test_a_connection_whose_calls_cannot_send_is_replaced(
             await conn.close()
 
 
+@pytest.mark.parametrize("transport_loop", ASYNCIO, indirect=True)  # (an asyncio server)
 async def test_a_server_that_never_opens_its_windows_fails_calls_in_their_time() -> None:
     """Every connection wedged (the server is always :class:`_ZeroWindowPeer`): the call
     fails as BackendUnavailable within the request timeout, the connections are

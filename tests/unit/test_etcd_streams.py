@@ -11,6 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.lowlevel
 import grpc
 import hpack
 import pytest
@@ -18,20 +19,22 @@ from aetcd import rpc
 
 from coord import BackendUnavailable
 from coord.backends.etcd._connection import stream_read, stream_write
-from coord.backends.etcd._grpc import Channel, RpcError
+from coord.backends.etcd._grpc import CallEnded, Channel, RpcError
 from coord.backends.etcd._grpc._connection import _Connection
+
+from ._etcd_loops import ASYNCIO, transport_loops
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
+
+    from anyio.abc import TaskGroup
 
     from coord.testing import EtcdServer
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"  # the etcd backend is asyncio's
+anyio_backend = transport_loops()
 
 
 @pytest.fixture
@@ -43,16 +46,18 @@ def silent_port() -> Iterator[int]:
 
 
 @pytest.fixture
-async def channel(silent_port: int) -> AsyncIterator[Channel]:
-    channel = Channel("127.0.0.1", silent_port, keepalive=0.3, keepalive_timeout=0.3)
+async def channel(tasks: TaskGroup, silent_port: int) -> AsyncIterator[Channel]:
+    channel = Channel(
+        "127.0.0.1", silent_port, keepalive=0.3, keepalive_timeout=0.3, spawn=tasks.start_soon
+    )
     yield channel
     await channel.close()
 
 
 @pytest.fixture
-async def etcd(etcd_server: EtcdServer) -> AsyncIterator[Channel]:
+async def etcd(tasks: TaskGroup, etcd_server: EtcdServer) -> AsyncIterator[Channel]:
     host, port = etcd_server.endpoint.rsplit(":", 1)
-    channel = Channel(host, int(port))
+    channel = Channel(host, int(port), spawn=tasks.start_soon)
     yield channel
     await channel.close()
 
@@ -63,6 +68,19 @@ def _create(key: bytes = b"k") -> rpc.WatchRequest:
 
 def _txn(channel: Channel, timeout: float = 30) -> Any:
     return rpc.KVStub(channel).Txn(rpc.TxnRequest(), timeout=timeout)
+
+
+async def _gather(calls: list[Any]) -> list[Any]:
+    """Await *calls* at once, each in a task: their replies, in order."""
+    replies: list[Any] = [None] * len(calls)
+
+    async def one(i: int) -> None:
+        replies[i] = await calls[i]
+
+    async with anyio.create_task_group() as tg:
+        for i in range(len(calls)):
+            tg.start_soon(one, i)
+    return replies
 
 
 # -- a member that hangs -------------------------------------------------------------------------
@@ -125,6 +143,7 @@ async def test_a_cancelled_unary_call_is_cancelled_and_the_scope_catches_it(
     assert call.done()
 
 
+@pytest.mark.parametrize("transport_loop", ASYNCIO, indirect=True)
 async def test_a_natively_cancelled_unary_call_is_cancelled(channel: Channel) -> None:
     call = _txn(channel)
     with pytest.raises(TimeoutError):
@@ -156,12 +175,12 @@ async def test_a_cancelled_stream_reads_as_cancelled_and_ends(channel: Channel) 
     await call.write(_create())
     call.cancel()
     assert await call.code() == grpc.StatusCode.CANCELLED
-    with pytest.raises(asyncio.InvalidStateError):
+    with pytest.raises(CallEnded):
         await call.write(_create())
 
 
 async def test_a_connection_dropped_as_soon_as_it_is_made_ends_the_calls_waiting(
-    silent_port: int, monkeypatch: pytest.MonkeyPatch
+    tasks: TaskGroup, silent_port: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Calls made while the channel connects start once the connection is up; one lost
     before that (a member that accepts and drops connections while it starts) must end
@@ -175,7 +194,7 @@ async def test_a_connection_dropped_as_soon_as_it_is_made_ends_the_calls_waiting
         self.abort("dropped at once")
 
     monkeypatch.setattr(_Connection, "connection_made", dropped)
-    channel = Channel("127.0.0.1", silent_port)
+    channel = Channel("127.0.0.1", silent_port, spawn=tasks.start_soon)
     try:
         stream, unary = rpc.WatchStub(channel).Watch(), _txn(channel)
         with anyio.fail_after(3):
@@ -188,11 +207,11 @@ async def test_a_connection_dropped_as_soon_as_it_is_made_ends_the_calls_waiting
         await channel.close()
 
 
-async def test_calls_made_as_the_channel_closes_end(silent_port: int) -> None:
+async def test_calls_made_as_the_channel_closes_end(tasks: TaskGroup, silent_port: int) -> None:
     """A failover closes the old channel, maybe in the turn in which another task made a
     call on it that waits for its connection: that call ends (UNAVAILABLE), or the
     watch stream that made it would wait for ever."""
-    channel = Channel("127.0.0.1", silent_port)
+    channel = Channel("127.0.0.1", silent_port, spawn=tasks.start_soon)
     stream, unary = rpc.WatchStub(channel).Watch(), _txn(channel)
     await channel.close()
     with anyio.fail_after(3):
@@ -204,11 +223,11 @@ async def test_calls_made_as_the_channel_closes_end(silent_port: int) -> None:
         await stream_write(stream, _create())
 
 
-async def test_a_refused_connection_fails_the_call_and_the_next_at_once() -> None:
+async def test_a_refused_connection_fails_the_call_and_the_next_at_once(tasks: TaskGroup) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]  # nobody listens there
-    channel = Channel("127.0.0.1", port, reconnect_backoff=(5.0, 5.0))
+    channel = Channel("127.0.0.1", port, reconnect_backoff=(5.0, 5.0), spawn=tasks.start_soon)
     try:
         for _ in range(2):
             started = time.monotonic()
@@ -237,8 +256,8 @@ async def test_a_request_and_a_reply_larger_than_the_windows_go_through(etcd: Ch
 
 async def test_many_calls_at_once_each_get_their_own_reply(etcd: Channel) -> None:
     kv = rpc.KVStub(etcd)
-    replies = await asyncio.gather(
-        *(kv.Put(rpc.PutRequest(key=b"http2/n/%d" % i, value=b"%d" % i)) for i in range(200))
+    replies = await _gather(
+        [kv.Put(rpc.PutRequest(key=b"http2/n/%d" % i, value=b"%d" % i)) for i in range(200)]
     )
     revisions = [reply.header.revision for reply in replies]
     assert len(set(revisions)) == 200
@@ -266,10 +285,11 @@ async def test_a_watch_stream_delivers_events_and_ends_when_cancelled(etcd: Chan
 
 
 async def test_a_server_that_stops_ends_the_calls_and_the_channel_reconnects(
+    tasks: TaskGroup,
     etcd_server: EtcdServer,
 ) -> None:
     host, port = etcd_server.endpoint.rsplit(":", 1)
-    channel = Channel(host, int(port), reconnect_backoff=(0.05, 0.1))
+    channel = Channel(host, int(port), reconnect_backoff=(0.05, 0.1), spawn=tasks.start_soon)
     try:
         call = rpc.WatchStub(channel).Watch()
         await stream_write(call, _create(b"http2/stop"))
@@ -307,19 +327,20 @@ def limited_etcd() -> Iterator[EtcdServer]:
 
 
 async def test_calls_beyond_the_servers_stream_limit_wait_for_room(
+    tasks: TaskGroup,
     limited_etcd: EtcdServer,
 ) -> None:
     """etcd with --max-concurrent-streams 4: forty calls at once all succeed (the streams
     beyond the limit wait for room; the first ones, sent before the server's SETTINGS
     arrived, are refused unprocessed and go again by themselves)."""
     host, port = limited_etcd.endpoint.rsplit(":", 1)
-    channel = Channel(host, int(port))
+    channel = Channel(host, int(port), spawn=tasks.start_soon)
     try:
         kv = rpc.KVStub(channel)
-        replies = await asyncio.gather(*(kv.Txn(rpc.TxnRequest(), timeout=10) for _ in range(40)))
+        replies = await _gather([kv.Txn(rpc.TxnRequest(), timeout=10) for _ in range(40)])
         assert len(replies) == 40
         watches = [rpc.WatchStub(channel).Watch() for _ in range(3)]
-        more = await asyncio.gather(*(kv.Txn(rpc.TxnRequest(), timeout=10) for _ in range(10)))
+        more = await _gather([kv.Txn(rpc.TxnRequest(), timeout=10) for _ in range(10)])
         assert len(more) == 10  # one stream of room left, taken in turn
         for watch in watches:
             watch.cancel()
@@ -327,7 +348,10 @@ async def test_calls_beyond_the_servers_stream_limit_wait_for_room(
         await channel.close()
 
 
-async def test_closing_the_channel_ends_the_streams_of_a_connection_going_away() -> None:
+@pytest.mark.parametrize("transport_loop", ASYNCIO, indirect=True)  # (an asyncio server)
+async def test_closing_the_channel_ends_the_streams_of_a_connection_going_away(
+    tasks: TaskGroup,
+) -> None:
     """A server that says GOAWAY keeps serving the streams it had (at or below the last
     stream id it names) while new calls go to a new connection; closing the channel
     (a failover) must end those streams too, not only the current connection's."""
@@ -366,7 +390,7 @@ async def test_closing_the_channel_ends_the_streams_of_a_connection_going_away()
 
     loop = asyncio.get_running_loop()
     server = await loop.create_server(Server, "127.0.0.1", 0)
-    channel = Channel("127.0.0.1", server.sockets[0].getsockname()[1])
+    channel = Channel("127.0.0.1", server.sockets[0].getsockname()[1], spawn=tasks.start_soon)
     try:
         call = rpc.WatchStub(channel).Watch()
         with anyio.fail_after(3):
@@ -385,16 +409,16 @@ async def test_closing_the_channel_ends_the_streams_of_a_connection_going_away()
 
 @pytest.mark.parametrize("turns", range(12))
 async def test_a_channel_closed_while_it_connects_keeps_no_connection(
-    silent_port: int, turns: int
+    tasks: TaskGroup, silent_port: int, turns: int
 ) -> None:
     """Closed at any turn of the loop while its connection is being made (a failover
     under a call that waits for it), the channel ends the call and keeps no connection:
     on Python 3.11, asyncio.wait_for returned a connection made as its task was
     cancelled, which then served the call (and new ones) on the closed channel."""
-    channel = Channel("127.0.0.1", silent_port)
+    channel = Channel("127.0.0.1", silent_port, spawn=tasks.start_soon)
     call = _txn(channel)
     for _ in range(turns):
-        await asyncio.sleep(0)
+        await anyio.lowlevel.checkpoint()
     await channel.close()
     with anyio.fail_after(3), pytest.raises(RpcError) as info:
         await call
@@ -405,12 +429,12 @@ async def test_a_channel_closed_while_it_connects_keeps_no_connection(
         await _txn(channel)  # and a new call on the closed channel ends at once
 
 
-async def test_a_header_block_decoded_from_memory_follows_the_table() -> None:
+async def test_a_header_block_decoded_from_memory_follows_the_table(tasks: TaskGroup) -> None:
     """A block that decoded without changing HPACK's dynamic table is decoded from
     memory while the table stays as it was; once another block changes the table, the
     same bytes (an index into the table) decode to what the table now holds."""
     encoder = hpack.Encoder()
-    conn = _Connection(Channel("127.0.0.1", 1))
+    conn = _Connection(Channel("127.0.0.1", 1, spawn=tasks.start_soon))
     first = encoder.encode([(b"grpc-status", b"0")])  # a literal, indexed: table changes
     assert conn._fields(first) == {b"grpc-status": b"0"}
     again = encoder.encode([(b"grpc-status", b"0")])  # an index into the table

@@ -1,4 +1,4 @@
-"""The etcd backend: coord's contract on etcd v3 (3.4 or later), asyncio only.
+"""The etcd backend: coord's contract on etcd v3 (3.4 or later), on asyncio and trio.
 
 The lock algorithm of etcd's own ``client/v3/concurrency``:
 
@@ -22,7 +22,6 @@ nested name's keys are never part of its parent's queue.
 
 from __future__ import annotations
 
-import asyncio
 from contextlib import asynccontextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +60,7 @@ if TYPE_CHECKING:
 
     from ..._core.url import ParsedURL
     from ...abc import Op
+    from ._grpc._pipe import Event
 
 __all__ = ["EtcdBackend"]
 
@@ -85,11 +85,6 @@ class EtcdBackend(Backend):
         channel's, each attempt bounded by 5 s, under each request's budget)
     """
 
-    any_event_loop = False
-    asyncio_only_because = (
-        "coord's HTTP/2 transport for etcd's gRPC is built on asyncio's own connections "
-        "(asyncio.Protocol), not yet on anyio's streams"
-    )
     #: The registrar settles a registration cancelled in flight (``_register.py``).
     cheap_abandon = True
     #: etcd's own limit (``MaxLeaseTTL``, about 285 years).
@@ -158,12 +153,6 @@ class EtcdBackend(Backend):
         return self._url
 
     async def __aenter__(self) -> EtcdBackend:
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            raise ConfigurationError(
-                f"the etcd backend runs on asyncio only: {self.asyncio_only_because}"
-            ) from None
         tls = await self._tls.probe_context() if self._tls is not None else None
         await first_contact(
             "etcd", GRPC, self._conn.endpoints, connect_timeout=self._connect_timeout, tls=tls
@@ -323,16 +312,16 @@ class EtcdBackend(Backend):
     async def wait_deleted(
         self, keys: Sequence[str], *, revision: int, entry: Entry | None = None
     ) -> Position | None:
-        # One deletes-only guard per key and one future (this backend is asyncio's: a
-        # future is a tenth of an anyio.Event, and a waiter's memory is mostly what it
-        # waits with): no task, no buffer per key.
+        # One deletes-only guard per key and one event (the transport's kind: on asyncio
+        # its own, a tenth of an anyio.Event; a waiter's memory is mostly what it waits
+        # with): no task, no buffer per key.
         #
         # The guards watch from their creation, not from the revision after the caller's
         # read: etcd delivers the events of a watch that starts in the past (any write
         # since the read) only from its resync loop, every 100 ms, so a handoff waited up
         # to 100 ms. A write between the read and
         # the creation is then checked by reading the keys once (and mine, for a proof).
-        wait = _Wait(len(keys))
+        wait = _Wait(len(keys), self._conn.waiter)
         handed = self._hand_over_guard(keys, entry, wait.wake, wait.on_created)
         guards: list[Guard] = (
             [handed]
@@ -348,7 +337,7 @@ class EtcdBackend(Backend):
             ]
         )
         try:
-            await wait.next()  # woken, or every guard created
+            await wait.next().wait()  # woken, or every guard created
             # Mine too, for a proof: my key deleted before the watch began (by someone
             # else: my link stays) must not be handed the queue (etcd #11456).
             mine = [entry.key] if handed is not None and entry is not None else []
@@ -358,7 +347,7 @@ class EtcdBackend(Backend):
                     return None
                 mine = []  # read after the creation: a deletion since is the watch's
             while not wait.woken:
-                await wait.next()
+                await wait.next().wait()
             # Woken as its creation was answered (one turn of the reader can take both):
             # the read above was skipped, and a proof needs it for my key.
             if late and mine and handed is not None and handed.proof:
@@ -709,26 +698,27 @@ def _decoded(keys: Iterable[bytes]) -> Iterator[str]:
 class _Wait:
     """What one :meth:`EtcdBackend.wait_deleted` waits for: a deletion (*woken*) and the
     creation of its guards (*pending* of them not yet created, the *newest* creation
-    revision), on one future at a time (woken in one turn of the loop, where
-    ``asyncio.wait`` of two futures takes two)."""
+    revision), on one event at a time (woken in one turn of the loop, where waiting
+    for either of two takes two)."""
 
-    __slots__ = ("_future", "newest", "pending", "woken")
+    __slots__ = ("_event", "_make", "newest", "pending", "woken")
 
-    def __init__(self, guards: int) -> None:
+    def __init__(self, guards: int, event: Callable[[], Event]) -> None:
         self.pending = guards
         self.newest = 0
         self.woken = False
-        self._future: asyncio.Future[None] | None = None
+        self._make = event
+        self._event: Event | None = None
 
-    def next(self) -> asyncio.Future[None]:
-        """A future that the next wake or the last creation resolves."""
-        self._future = asyncio.get_running_loop().create_future()
-        return self._future
+    def next(self) -> Event:
+        """An event that the next wake or the last creation sets."""
+        self._event = self._make()
+        return self._event
 
     def _resolve(self) -> None:
-        future = self._future
-        if future is not None and not future.done():
-            future.set_result(None)
+        event = self._event
+        if event is not None:
+            event.set()
 
     def wake(self) -> None:
         self.woken = True

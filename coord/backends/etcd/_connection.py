@@ -15,7 +15,6 @@ uses only its generated messages and stubs (``aetcd.rpc``) and manages channels 
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -24,6 +23,7 @@ import anyio
 import grpc
 from aetcd import rpc
 
+from ..._core.background import BackgroundTasks
 from ..._core.exceptions import (
     BackendError,
     BackendUnavailable,
@@ -32,7 +32,7 @@ from ..._core.exceptions import (
     CoordError,
     SessionExpiredError,
 )
-from ._grpc import EOF, Channel, RpcError
+from ._grpc import EOF, CallEnded, Channel, RpcError
 
 if TYPE_CHECKING:
     from .._common.tls import TLSFiles
@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 if TYPE_CHECKING:
     import ssl
     from collections.abc import Awaitable, Callable
+
+    from ._grpc._pipe import Event
 
 __all__ = [
     "Answer",
@@ -75,25 +77,16 @@ async def stream_write(call: Any, request: Any) -> None:
     when its connection is lost, and a write held back by flow control with it.)"""
     try:
         await call.write(request)
-    except asyncio.InvalidStateError as exc:
+    except CallEnded as exc:
         raise BackendUnavailable("the gRPC stream has ended") from exc
 
 
 async def stream_read(call: Any) -> Any:
-    """Read from a stream; EOF or an ended stream is BackendUnavailable.
-
-    A cancellation of the read that is not our task's is the call's own (cancelled by the
-    stream's other half giving up, see :func:`finish`), and becomes BackendUnavailable
-    instead of a bare CancelledError that would escape every cancel scope.
-    """
+    """Read from a stream; EOF or an ended stream is BackendUnavailable (so is one that
+    the stream's other half cancelled, giving up: see :func:`finish`)."""
     try:
         reply = await call.read()
-    except asyncio.CancelledError:
-        task = asyncio.current_task()
-        if task is None or not task.cancelling():
-            raise BackendUnavailable("the gRPC stream was cancelled") from None
-        raise
-    except asyncio.InvalidStateError as exc:
+    except CallEnded as exc:
         raise BackendUnavailable("the gRPC stream has ended") from exc
     if reply is EOF:
         raise BackendUnavailable("the server closed the gRPC stream")
@@ -166,6 +159,14 @@ class Connection:
         self._generation = 0
         self._token: str | None = None
         self._auth_lock: anyio.Lock | None = None
+        # The tasks of the channels' connections: they outlive any one channel (a
+        # failover closes the old one from a task of the backend's).
+        self._tasks: BackgroundTasks | None = None
+        self._clock = anyio.current_time
+        #: Makes an event of the transport's kind (``_grpc._pipe.Event``).
+        self.event: Callable[[], Event] = anyio.Event
+        #: Makes an event that one task at a time waits on (``Runtime.waiter``).
+        self.waiter: Callable[[], Event] = anyio.Event
         #: Statistics: Authenticate requests sent.
         self.logins = 0
         self._closed = False
@@ -193,19 +194,24 @@ class Connection:
         return self._token
 
     async def open(self) -> None:
+        """Open (in the task that will close it: its connections' tasks run in a task
+        group of its own). A checkpoint; cancelled, it leaves nothing open."""
         self._auth_lock = anyio.Lock()
         if self._tls is not None:
             self._ssl = await self._tls.client_context()
+        tasks = BackgroundTasks()
+        await tasks.open()
+        self._tasks = tasks
         self._open_channel()
         if self._username is not None:
             try:
                 await self.authenticate(stale=None)
             except BaseException:
-                with anyio.CancelScope(shield=True):
-                    await self.close()  # its connection, made for the login
+                await self.close()  # its connection, made for the login (shielded)
                 raise
 
     def _open_channel(self) -> None:
+        assert self._tasks is not None
         host, port = self._endpoints[self._index]
         channel = Channel(
             host,
@@ -221,7 +227,11 @@ class Connection:
             # that is the only way out; a longer limit (the request's) would fail the
             # request that found the stall, though a new connection may serve it.
             stall_timeout=self.attempt_timeout,
+            spawn=self._tasks.start_soon,
         )
+        self._clock = channel.runtime.clock
+        self.event = channel.runtime.event
+        self.waiter = channel.runtime.waiter
         self._channel = channel
         self._generation += 1
         self.kv = rpc.KVStub(channel)
@@ -279,10 +289,17 @@ class Connection:
         return md
 
     async def close(self) -> None:
+        """Close the channel (shielded), then end its tasks (in the task that opened
+        it: their task group is entered there). Idempotent."""
         self._closed = True
-        if self._channel is not None:
-            with anyio.CancelScope(shield=True):
-                await self._channel.close()
+        try:
+            if self._channel is not None:
+                with anyio.CancelScope(shield=True):
+                    await self._channel.close()
+        finally:
+            tasks, self._tasks = self._tasks, None
+            if tasks is not None:
+                await tasks.aclose()
 
     async def call(
         self,
@@ -310,7 +327,7 @@ class Connection:
         retry: bool = True,
     ) -> Answer:
         """:meth:`call`, with when the answered attempt was sent and how many it took."""
-        clock = asyncio.get_running_loop().time  # anyio's clock on asyncio, without its lookup
+        clock = self._clock  # anyio's clock (on asyncio, the loop's without anyio's look-up)
         deadline = clock() + self.request_timeout
         for attempt in itertools.count():
             if self._closed:

@@ -18,18 +18,19 @@ two keys, and nothing it made is left bound to a live lease.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import anyio
 from aetcd import rpc
 
 from ..._core.exceptions import BackendError, BackendUnavailable, ClosedError, ConfigurationError
 from ...abc import Entry, Position
 from ._kv import _CREATE, _EQUAL, _LEASE, _MOD, _VALUE, _VERSION
+from ._outcome import Outcome
 from ._waitqueue import (
     BATCH,
     IDLE,
@@ -165,7 +166,7 @@ class _Request:
     #: An exclusive waiter: it gets a link (see ``_waitqueue.py``).
     link: bool
     #: (my entry, the entry right before it if known, the revision read)
-    future: asyncio.Future[tuple[Entry, Entry | None, int]]
+    future: Outcome[tuple[Entry, Entry | None, int]]
     #: No caller waits for it (cancelled): not sent if it was not yet.
     gone: bool = False
     #: The last attempt sent, until its answer came.
@@ -201,29 +202,30 @@ class Registrar:
         self._b._key(prefix + "@" + "0" * 16 + waiter_id)  # the length check
         ident = prefix + waiter_id
         exclusive = ahead == 1 and kind is None
-        loop = asyncio.get_running_loop()
+        outcome = self._b._conn.event
         request = self._requests.get(ident)
-        if request is not None and _failed(request.future):
+        if request is not None and request.future.failed():
             # Its answer was lost: make sure it is never applied late, or find its entry.
             found = await self._settle(request.doubt, delete=False) if request.doubt else None
             del self._requests[ident]
             request = None
             if isinstance(found, Entry):  # known from now on as that entry, read below
-                request = _Request(prefix, waiter_id, value, lease, exclusive, loop.create_future())
+                request = _Request(prefix, waiter_id, value, lease, exclusive, Outcome(outcome))
                 request.future.set_result((found, None, 0))
                 self._requests[ident] = request
-        if request is None or request.future.cancelled():  # else: take the earlier one over
-            request = _Request(prefix, waiter_id, value, lease, exclusive, loop.create_future())
+        if request is None or request.future.dropped():  # else: take the earlier one over
+            request = _Request(prefix, waiter_id, value, lease, exclusive, Outcome(outcome))
             self._requests[ident] = request
             self._enqueue(pk, request)
         request.gone = False
         try:
             # Shielded: a cancelled caller leaves the request's outcome to a repeat, or
             # to the abandonment that deletes what it made.
-            entry, before, revision = await asyncio.shield(request.future)
-        except asyncio.CancelledError:
+            await request.future.wait()
+        except anyio.get_cancelled_exc_class():
             request.gone = True
             raise
+        entry, before, revision = request.future.result()
         if (ahead == 0 and revision) or before is AT_HEAD:
             if before is AT_HEAD and kind is None:
                 self._queues.first(entry)
@@ -247,12 +249,11 @@ class Registrar:
         if request is None:
             return None
         request.gone = True
-        if not request.future.done():
-            await asyncio.wait([request.future])
+        await request.future.wait()
         # Forgotten only once undone: a failure here leaves it for the next attempt.
-        if request.future.cancelled():  # never sent
+        if request.future.dropped():  # never sent
             deleted = False
-        elif request.future.exception() is None:
+        elif not request.future.failed():
             deleted = await self._b.delete(request.future.result()[0])
         elif request.doubt is None:  # failed before it was sent
             deleted = False
@@ -304,7 +305,7 @@ class Registrar:
         while waiting and len(batch) < BATCH:
             request = waiting[0]
             if request.gone:  # never sent: nothing happened
-                waiting.popleft().future.cancel()
+                waiting.popleft().future.drop()
                 continue
             room -= len(request.value) + len(request.prefix) + len(request.waiter_id) + 64
             if batch and (request.lease != batch[0].lease or room < 0):
@@ -423,8 +424,7 @@ class Registrar:
         for i, (key, request) in enumerate(zip(done.keys, batch, strict=True)):
             created = fence_revision(done.revision, done.first + i)
             entry = Entry(key[root:].decode(), request.value, created, done.revision, request.lease)
-            if not request.future.done():
-                request.future.set_result((entry, before, done.revision))
+            request.future.set_result((entry, before, done.revision))
             before = entry
 
     def _small(self, batch: list[_Request]) -> bool:
@@ -713,16 +713,8 @@ def _guess_compare(pk: bytes, guess: _Guess) -> list[Any]:
     ]
 
 
-def _failed(future: asyncio.Future[Any]) -> bool:
-    return future.done() and not future.cancelled() and future.exception() is not None
-
-
 def _fail(request: _Request, error: Exception) -> None:
-    if request.future.done():
-        return
-    request.future.set_exception(error)
-    if request.gone:  # nobody may ever ask: mark it retrieved (no "never retrieved" log)
-        request.future.exception()
+    request.future.set_exception(error)  # (unless it has its outcome already)
 
 
 def _put(key: bytes, value: bytes, lease: int) -> Any:

@@ -20,7 +20,6 @@ A watch whose start revision has been compacted away cannot resume: it reports
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 from collections import deque
@@ -31,7 +30,7 @@ from aetcd import rpc
 
 from ..._core.exceptions import BackendError, BackendUnavailable, ResyncNeeded
 from ._connection import AuthTokenExpired, finish, stream_read
-from ._grpc import RpcError
+from ._grpc import CallEnded, RpcError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -39,6 +38,7 @@ if TYPE_CHECKING:
     from anyio.abc import TaskStatus
 
     from ._connection import Connection
+    from ._grpc._pipe import Event
 
 __all__ = ["Guard", "HandOver", "Watch", "WatchCompacted", "WatchStream"]
 
@@ -254,7 +254,7 @@ class WatchStream:
         self._sent: deque[int] = deque()
         self._call: Any = None
         # What wakes the pump when it has nothing to send (None while it sends).
-        self._idle: asyncio.Future[None] | None = None
+        self._idle: Event | None = None
         self._answered = False  # a watch was created, or events delivered
         self._failing = False
         #: Statistics: responses with events received, and events in them.
@@ -321,8 +321,8 @@ class WatchStream:
         """Wake the pump if it waits for something to send (with no stream, there is no
         pump: the next one sends everything)."""
         idle = self._idle
-        if idle is not None and not idle.done():
-            idle.set_result(None)
+        if idle is not None:
+            idle.set()
 
     def _next_request(self) -> Any:
         if self._cancels:
@@ -344,19 +344,18 @@ class WatchStream:
         _PIPELINE are unanswered), and wait for more: one task beside the reader for the
         stream's life (a task per burst of writes cost more than the writes). The reader's
         end cancels it."""
-        loop = asyncio.get_running_loop()
         try:
             while True:
                 request = self._next_request()
                 if request is None:
-                    self._idle = loop.create_future()
+                    self._idle = idle = self._conn.waiter()
                     try:
-                        await self._idle
+                        await idle.wait()
                     finally:
                         self._idle = None
                     continue
                 await call.write(request)
-        except (RpcError, asyncio.InvalidStateError):
+        except (RpcError, CallEnded):
             call.cancel()  # the stream is broken: run() reopens it, creating every watch
         except BaseException:
             call.cancel()  # a write cut half-way leaves the stream unusable

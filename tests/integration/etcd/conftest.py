@@ -1,4 +1,14 @@
-"""etcd-only tests: faults that need a real server (restart, SIGSTOP), TLS, auth."""
+"""etcd-only tests: faults that need a real server (restart, SIGSTOP), TLS, auth.
+
+They run on asyncio, and those that exercise what differs on trio on trio too: the
+transport under the backend (anyio streams and TLS, its timers, failover, keepalive, a
+restarted or stalled member, auth renewed on streams, watch streams, cancellation). On
+trio the backend and the recipes run the same code as on asyncio, and the suite has a
+budget of 8 minutes on two cores: the modules about the queue's algorithm
+(``test_ordered_queue``, ``test_queue_stress``: minutes of asyncio-driven races) and the
+Go layout's interop (``test_etcd_layout``) run on asyncio only, and of the slow fault
+modules only the tests named in :data:`TRIO_TESTS`. Native asyncio cancellation
+(``native=True``) is asyncio's alone."""
 
 from __future__ import annotations
 
@@ -12,9 +22,66 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"  # aetcd's gRPC is asyncio-only
+#: Modules that run whole on trio too.
+TRIO_MODULES = frozenset(
+    {
+        "test_etcd_layout_guarantees",
+        "test_hand_over",
+        "test_keepalive",
+        "test_root_namespace",
+        "test_watch_stream",
+    }
+)
+#: Tests of the slow modules that run on trio too.
+TRIO_TESTS = frozenset(
+    {
+        # failover between endpoints, a restarted and a stopped member, timeouts
+        "test_fails_over_from_a_dead_endpoint",
+        "test_restart_mid_wait_within_ttl",
+        "test_sigstopped_server_holder_learns_loss_at_its_deadline",
+        "test_timeout_around_a_stalled_request_is_a_timeout",
+        "test_acquire_on_a_revoked_lease_moves_to_a_new_session",
+        "test_namespaces_isolate",
+        "test_member_dies_mid_wait",
+        # TLS (anyio's TLS stream, ALPN) and auth, streams logging in again
+        "test_tls_with_client_certificate",
+        "test_tls_refused_without_client_certificate",
+        "test_plaintext_client_cannot_talk_to_tls_server",
+        "test_user_and_password",
+        "test_wrong_password_fails_at_connect",
+        "test_streams_reauthenticate_after_restart",
+        "test_a_refused_login_kills_no_background_task",
+        # connections cut, replies late: the calls given up on leave nothing behind
+        "test_a_client_cut_off_past_its_ttl_is_told_and_comes_back",
+        "test_giving_up_while_replies_are_late_leaves_no_key",
+    }
+)
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)  # the backend starts no thread: any event loop will do
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the trio runs of what runs on asyncio only (see the module's docstring).
+    Deselected, not skipped: nothing is missing."""
+    deselected = [item for item in items if _asyncio_only(item)]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        dropped = set(map(id, deselected))
+        items[:] = [item for item in items if id(item) not in dropped]
+
+
+def _asyncio_only(item: pytest.Item) -> bool:
+    params = getattr(item, "callspec", None)
+    if params is None or params.params.get("anyio_backend") != "trio":
+        return False
+    if params.params.get("native"):
+        return True
+    module = item.module.__name__.rpartition(".")[2]  # type: ignore[attr-defined]
+    name = item.name.partition("[")[0]
+    return module not in TRIO_MODULES and name not in TRIO_TESTS
 
 
 @pytest.fixture

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
-import grpc
 import pytest
 from aetcd import rpc
 
 import coord
+from coord.backends.etcd._grpc import Channel
 from coord.testing import EtcdServer, server_wakeups, wait_for_waiters
 from coord.testing.pytest_plugin import fresh_namespace
 
@@ -35,7 +35,7 @@ async def test_tls_with_client_certificate(tls_etcd: EtcdServer, certs: dict[str
     # Closed, not closing: a TLS transport says goodbye first, and one still closing when
     # the event loop ends leaves its socket open (a ResourceWarning in a later test).
     assert connections
-    assert all(connection.shut.done() for connection in connections)
+    assert all(connection.shut.is_set() for connection in connections)
 
 
 async def test_tls_refused_without_client_certificate(
@@ -71,12 +71,14 @@ async def test_missing_tls_file_is_refused_at_the_call() -> None:
 
 
 async def _enable_auth(server: EtcdServer, password: str) -> None:
-    async with grpc.aio.insecure_channel(server.endpoint) as channel:
+    host, port = server.endpoint.rsplit(":", 1)
+    async with Channel(host, int(port)) as channel:  # (coord's own: on any event loop)
         auth = rpc.AuthStub(channel)
-        await auth.RoleAdd(rpc.AuthRoleAddRequest(name="root"))
-        await auth.UserAdd(rpc.AuthUserAddRequest(name="root", password=password))
-        await auth.UserGrantRole(rpc.AuthUserGrantRoleRequest(user="root", role="root"))
-        await auth.AuthEnable(rpc.AuthEnableRequest())
+        await auth.RoleAdd(rpc.AuthRoleAddRequest(name="root"), timeout=5)
+        await auth.UserAdd(rpc.AuthUserAddRequest(name="root", password=password), timeout=5)
+        grant = rpc.AuthUserGrantRoleRequest(user="root", role="root")
+        await auth.UserGrantRole(grant, timeout=5)
+        await auth.AuthEnable(rpc.AuthEnableRequest(), timeout=5)
 
 
 @pytest.fixture
@@ -159,11 +161,13 @@ async def test_one_login_per_expired_token(auth_etcd: EtcdServer, auth_url: str)
 
 
 async def _change_password(server: EtcdServer, old: str, new: str) -> None:
-    async with grpc.aio.insecure_channel(server.endpoint) as channel:
+    host, port = server.endpoint.rsplit(":", 1)
+    async with Channel(host, int(port)) as channel:  # (coord's own: on any event loop)
         auth = rpc.AuthStub(channel)
-        token = (await auth.Authenticate(rpc.AuthenticateRequest(name="root", password=old))).token
+        login = rpc.AuthenticateRequest(name="root", password=old)
+        token = (await auth.Authenticate(login, timeout=5)).token
         request = rpc.AuthUserChangePasswordRequest(name="root", password=new)
-        await auth.UserChangePassword(request, metadata=(("token", token),))
+        await auth.UserChangePassword(request, timeout=5, metadata=(("token", token),))
 
 
 async def test_a_refused_login_kills_no_background_task(

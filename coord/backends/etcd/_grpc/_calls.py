@@ -9,7 +9,6 @@ connection's loss, its deadline or its cancellation.
 
 from __future__ import annotations
 
-import asyncio
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -17,10 +16,13 @@ import grpc
 
 from ._encode import grpc_message
 from ._link import Caller, Dialer, _Link, _Stream
-from ._status import EOF, OK, RpcError
+from ._status import EOF, OK, CallEnded, RpcError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Generator
+
+    from ._pipe import Event
+    from ._timers import Timer
 
 __all__ = ["StreamCall", "UnaryCall"]
 
@@ -37,7 +39,7 @@ class _Call(Caller):
         "_code",
         "_conn",
         "_details",
-        "_ended_future",
+        "_ended_event",
         "_stream",
         "cancelled_here",
     )
@@ -48,8 +50,8 @@ class _Call(Caller):
         self._stream: _Stream | None = None
         self._code: grpc.StatusCode | None = None
         self._details = ""
-        self._ended_future: asyncio.Future[None] | None = None
-        self._begun: asyncio.Future[None] | None = None  # made by the first started()
+        self._ended_event: Event | None = None  # made by the first code()
+        self._begun: Event | None = None  # made by the first started()
         #: Ended by our own cancel() (not by the server, the network or the channel).
         self.cancelled_here = False
 
@@ -76,15 +78,15 @@ class _Call(Caller):
         self._started()
 
     def _started(self) -> None:
-        if self._begun is not None and not self._begun.done():
-            self._begun.set_result(None)
+        if self._begun is not None:
+            self._begun.set()
 
     async def started(self) -> None:
         """Wait until the call's stream is open (the channel connected) or it ended."""
         if self._stream is None and self._code is None:
             if self._begun is None:
-                self._begun = asyncio.get_running_loop().create_future()
-            await asyncio.shield(self._begun)
+                self._begun = self._channel.runtime.event()
+            await self._begun.wait()
 
     def _message(self, data: bytes) -> None:
         raise NotImplementedError
@@ -98,8 +100,8 @@ class _Call(Caller):
         if self._code is not None:
             return
         self._code, self._details = code, details
-        if self._ended_future is not None and not self._ended_future.done():
-            self._ended_future.set_result(None)
+        if self._ended_event is not None:
+            self._ended_event.set()
         self._started()
         self._finished()
 
@@ -122,9 +124,9 @@ class _Call(Caller):
     async def code(self) -> grpc.StatusCode:
         """Wait for the call's end; its status code."""
         if self._code is None:
-            if self._ended_future is None:
-                self._ended_future = asyncio.get_running_loop().create_future()
-            await asyncio.shield(self._ended_future)
+            if self._ended_event is None:
+                self._ended_event = self._channel.runtime.event()
+            await self._ended_event.wait()
         assert self._code is not None
         return self._code
 
@@ -134,9 +136,20 @@ class _Call(Caller):
 
 
 class UnaryCall(_Call):
-    """One request, one reply: await it."""
+    """One request, one reply: await it. A checkpoint unless it has ended; cancelled
+    while awaited (an anyio scope, ``task.cancel()``, ``asyncio.timeout``), the call is
+    cancelled too: its stream is reset (RST_STREAM) and nothing of it is left."""
 
-    __slots__ = ("_deserialize", "_future", "_refused", "_reply", "_request", "_timer")
+    __slots__ = (
+        "_deserialize",
+        "_done",
+        "_failure",
+        "_refused",
+        "_reply",
+        "_request",
+        "_result",
+        "_timer",
+    )
 
     def __init__(
         self,
@@ -151,11 +164,12 @@ class UnaryCall(_Call):
         self._request = (block, body)
         self._refused = 0
         self._reply: bytes | None = None
-        loop = asyncio.get_running_loop()
-        self._future: asyncio.Future[Any] = loop.create_future()
-        # Cancelled by its awaiting task's cancellation: then the call is cancelled too.
-        self._future.add_done_callback(self._awaited_done)
-        self._timer = loop.call_later(timeout, self._expire) if timeout is not None else None
+        self._done: Event | None = None  # made by its awaiter, if it has to wait
+        self._result: Any = None
+        self._failure: RpcError | None = None
+        self._timer: Timer | None = (
+            channel.timers.call_later(timeout, self._expire) if timeout is not None else None
+        )
         self._open(block, body)
 
     def _again(self) -> bool:
@@ -174,10 +188,6 @@ class UnaryCall(_Call):
             if self._conn is not None and self._stream is not None:
                 self._conn.reset(self._stream)
 
-    def _awaited_done(self, future: asyncio.Future[Any]) -> None:
-        if future.cancelled():
-            self.cancel()
-
     def _message(self, data: bytes) -> None:
         if self._reply is None:
             self._reply = data
@@ -186,31 +196,37 @@ class UnaryCall(_Call):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        future = self._future
-        if future.done():
-            return
         if self._code is OK:
             if self._reply is None:
-                future.set_exception(RpcError(grpc.StatusCode.INTERNAL, "no reply"))
-                return
-            try:
-                future.set_result(self._deserialize(self._reply))
-            except Exception as exc:  # a reply that does not parse
-                future.set_exception(RpcError(grpc.StatusCode.INTERNAL, f"bad reply: {exc}"))
-        elif self.cancelled_here:
-            future.cancel()
+                self._failure = RpcError(grpc.StatusCode.INTERNAL, "no reply")
+            else:
+                try:
+                    self._result = self._deserialize(self._reply)
+                except Exception as exc:  # a reply that does not parse
+                    self._failure = RpcError(grpc.StatusCode.INTERNAL, f"bad reply: {exc}")
         else:
-            future.set_exception(self._error())
+            self._failure = self._error()
+        if self._done is not None:
+            self._done.set()
 
     def cancelled(self) -> bool:
         """Whether it ended by our cancellation."""
         return self.cancelled_here
 
-    def add_done_callback(self, callback: Callable[[UnaryCall], None]) -> None:
-        self._future.add_done_callback(lambda _: callback(self))
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self._outcome().__await__()
 
-    def __await__(self) -> Any:
-        return self._future.__await__()
+    async def _outcome(self) -> Any:
+        if self._code is None:
+            done = self._done = self._channel.runtime.waiter()
+            try:
+                await done.wait()
+            except BaseException:  # the awaiting task's cancellation: the call's too
+                self.cancel()
+                raise
+        if self._failure is not None:
+            raise self._failure
+        return self._result
 
 
 class StreamCall(_Call):
@@ -231,7 +247,7 @@ class StreamCall(_Call):
         self._serialize = serialize
         self._deserialize = deserialize
         self._replies: deque[bytes] = deque()
-        self._readable: asyncio.Future[None] | None = None
+        self._readable: Event | None = None
         self._open(block, None)
 
     def _message(self, data: bytes) -> None:
@@ -243,22 +259,26 @@ class StreamCall(_Call):
 
     def _wake(self) -> None:
         readable = self._readable
-        if readable is not None and not readable.done():
-            readable.set_result(None)
+        if readable is not None:
+            readable.set()
 
     async def write(self, request: Any) -> None:
-        """Send *request*. Raises ``asyncio.InvalidStateError`` if the call has ended."""
+        """Send *request* (a checkpoint). Cancelled while flow control holds it back, the
+        stream is cut half-way: the caller cancels the call.
+
+        :raises CallEnded: if the call has ended (or ends before the write went out)
+        """
         await self.started()
         if self._code is not None:
-            raise asyncio.InvalidStateError("the call has ended")
+            raise CallEnded("the call has ended")
         assert self._conn is not None
         assert self._stream is not None
         data = grpc_message(self._serialize(request))
-        done = asyncio.get_running_loop().create_future()
+        done = self._channel.runtime.waiter()
         if not self._conn.send(self._stream, data, end=False, done=done):
-            await done  # held back by flow control
+            await done.wait()  # held back by flow control
             if self._code is not None:
-                raise asyncio.InvalidStateError("the call ended before the write went out")
+                raise CallEnded("the call ended before the write went out")
 
     async def read(self) -> Any:
         """The next reply; :data:`EOF` once the server ended the call well. Taking a
@@ -269,10 +289,10 @@ class StreamCall(_Call):
                 if self._code is OK:
                     return EOF
                 if self.cancelled_here:
-                    raise asyncio.CancelledError
+                    raise CallEnded("the call was cancelled")
                 raise self._error()
-            self._readable = asyncio.get_running_loop().create_future()
-            await self._readable
+            self._readable = self._channel.runtime.waiter()
+            await self._readable.wait()
         data = self._replies.popleft()
         if self._conn is not None and self._stream is not None:
             self._conn.credit(self._stream, len(data) + 5)  # and its gRPC prefix

@@ -5,23 +5,36 @@ while it connects wait for it (a failed attempt fails them as UNAVAILABLE, and c
 the next moment fail at once, as gRPC's do in its transient failure). aetcd's generated
 stubs make their calls through :meth:`Channel.unary_unary` and
 :meth:`Channel.stream_stream`.
+
+Its connections run in tasks of the task group its owner gives it (*spawn*: the etcd
+connection's, which lives as long as the backend), or of its own when it is used as
+``async with Channel(...)``: one task per connection, which dials it and then runs its
+pipe (``_stream``: a reader and a writer) until it ends, and one for its timers
+(``_timers``).
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
+from ...._core.background import BackgroundTasks
 from ._calls import StreamCall, UnaryCall
 from ._connection import _Connection
 from ._encode import grpc_message, literal, literal_named, string
 from ._frames import MAX_WINDOW
 from ._link import Caller, Dialer, _Link
+from ._runtime import current_runtime
 from ._status import UNAVAILABLE, RpcError
+from ._timers import Timers
 
 if TYPE_CHECKING:
     import ssl
-    from collections.abc import Callable, Sequence
+    from collections.abc import Awaitable, Callable, Coroutine, Sequence
+    from types import TracebackType
+
+    from ._pipe import Event
 
 __all__ = ["Channel"]
 
@@ -80,6 +93,8 @@ class Channel(Dialer):
         the most a server sends on a stream ahead of its reader. 16 MiB by default: a
         reply of up to 8 MiB comes without waiting for a WINDOW_UPDATE, and a watch
         nobody reads holds at most a window and a message
+    :param spawn: starts the channel's tasks (``start_soon`` of a task group that
+        outlives the channel); without it, use the channel as ``async with``
     """
 
     def __init__(
@@ -95,6 +110,7 @@ class Channel(Dialer):
         reconnect_backoff: tuple[float, float] = (0.1, 1.0),
         stall_timeout: float = 10.0,
         stream_window: int = 2**24,
+        spawn: Callable[..., object] | None = None,
     ) -> None:
         if not 2 <= stream_window <= MAX_WINDOW:
             raise ValueError(f"stream_window must be within 2..2^31-1, not {stream_window}")
@@ -112,7 +128,12 @@ class Channel(Dialer):
         self._failure: RpcError | None = None
         self._conn: _Connection | None = None
         self._live: set[_Connection] = set()  # the current one, and any still draining
-        self._connecting: asyncio.Task[None] | None = None
+        # The connection attempt under way: its scope, and what is set once it ended.
+        self._connecting: tuple[anyio.CancelScope, Event] | None = None
+        self._spawn = spawn
+        self._own: BackgroundTasks | None = None  # with no spawn, under async with
+        self.runtime = current_runtime()
+        self.timers = Timers(self.runtime.clock, self._start_soon)
         self._waiting: list[tuple[Caller, bytes, bytes | None]] = []  # for a connection
         self._closed = False
         authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -193,14 +214,23 @@ class Channel(Dialer):
             call._begin(conn, block, body)
             return
         if self._connecting is None:
-            loop = asyncio.get_running_loop()
             failure = self._failure
-            if failure is not None and loop.time() < self._retry_at:
+            if failure is not None and self.timers.clock() < self._retry_at:
                 # Failed a moment ago: fail fast, as gRPC does in its transient failure.
                 call._ended(failure.code(), failure.details() or "")
                 return
-            self._connecting = asyncio.ensure_future(self._connect())
+            # The scope is made here: a close before the task starts still ends it.
+            connecting = self._connecting = (anyio.CancelScope(), self.runtime.event())
+            self._start_soon(self._connect, *connecting)
         self._waiting.append((call, block, body))
+
+    def _start_soon(self, func: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
+        if self._spawn is not None:
+            self._spawn(func, *args)
+        elif self._own is not None:
+            self._own.start_soon(func, *args)
+        else:
+            raise RuntimeError("a Channel needs spawn=, or to be used as `async with`")
 
     def _release_waiting(self, conn: _Connection | None, error: RpcError | None) -> None:
         waiting, self._waiting = self._waiting, []
@@ -210,56 +240,57 @@ class Channel(Dialer):
             elif error is not None:
                 call._ended(error.code(), error.details() or "")
 
-    async def _connect(self) -> None:
-        loop = asyncio.get_running_loop()
-        closed = RpcError(UNAVAILABLE, "the channel was closed")
+    async def _connect(self, scope: anyio.CancelScope, ended: Event) -> None:
+        """The task of one connection: make it, then run it until it ends."""
+        conn = _Connection(self)
         try:
-            try:
-                # In this task (not wait_for's, whose result may still be returned after
-                # this task was cancelled): a cancel reaches the connection's own wait.
-                async with asyncio.timeout(self.connect_timeout):
-                    _, conn = await loop.create_connection(
-                        lambda: _Connection(self),
-                        self._host,
-                        self._port,
-                        ssl=self._ssl,
-                        server_hostname=self._host if self._ssl is not None else None,
-                    )
-            except (TimeoutError, OSError) as exc:
-                raise RpcError(
-                    UNAVAILABLE,
-                    f"cannot connect to {self._host}:{self._port}: {exc or 'timed out'}",
-                ) from None
-            except Exception as exc:  # e.g. a host name that does not encode
-                raise RpcError(
-                    UNAVAILABLE, f"cannot connect to {self._host}:{self._port}: {exc!r}"
-                ) from None
-            if self._closed:  # closed as the connection was made
-                conn.close(closed)
-                raise asyncio.CancelledError
-            if self._ssl is not None:
-                transport = conn._transport
-                protocol = transport.get_extra_info("ssl_object") if transport else None
-                if protocol is None or protocol.selected_alpn_protocol() != "h2":
-                    conn.close(RpcError(UNAVAILABLE, "the server does not speak HTTP/2 (ALPN)"))
-                    raise RpcError(UNAVAILABLE, f"{self._host}:{self._port} does not speak HTTP/2")
+            run = await self._attempt(conn, scope)
+        finally:
+            self._connecting = None
+            ended.set()
+            self._release_waiting(None, RpcError(UNAVAILABLE, "the channel was closed"))
+        if run is not None:  # (one dropped at once is run too: that closes its socket)
+            await run()
+
+    async def _attempt(
+        self, conn: _Connection, scope: anyio.CancelScope
+    ) -> Callable[[], Awaitable[None]] | None:
+        """Connect *conn* and hand it the calls that wait (or end them if it failed);
+        what runs it, if it was made."""
+        closed = RpcError(UNAVAILABLE, "the channel was closed")
+        run = None
+        try:
+            with scope:  # cancelled by close()
+                run = await self._dial(conn)
+            if run is None or self._closed:  # closed as the connection was made
+                if run is not None:
+                    conn.close(closed)
+                self._release_waiting(None, closed)
+                return run
             if conn.error is not None:  # dropped as soon as it was made
                 raise RpcError(conn.error.code(), conn.error.details() or "")
         except RpcError as exc:
-            self._failure, self._retry_at = exc, loop.time() + self._backoff
+            self._failure, self._retry_at = exc, self.timers.clock() + self._backoff
             self._backoff = min(self._backoff * 2, self._backoff_range[1])
-            self._connecting = None
             self._release_waiting(None, exc)
-            return
-        except asyncio.CancelledError:  # the channel closes (and ends the waiting)
-            self._connecting = None
-            self._release_waiting(None, closed)
-            raise
+            return run
         self._failure, self._backoff = None, self._backoff_range[0]
         self._conn = conn
         self._live.add(conn)
-        self._connecting = None
         self._release_waiting(conn, None)
+        return run
+
+    async def _dial(self, conn: _Connection) -> Callable[[], Awaitable[None]]:
+        """:raises RpcError: UNAVAILABLE, if the connection could not be made in time"""
+        where = f"{self._host}:{self._port}"
+        try:
+            with anyio.fail_after(self.connect_timeout):
+                return await self.runtime.dial(self._host, self._port, self._ssl, conn)
+        except (TimeoutError, OSError) as exc:
+            reason = str(exc) or "timed out"
+            raise RpcError(UNAVAILABLE, f"cannot connect to {where}: {reason}") from None
+        except Exception as exc:  # e.g. a host name that does not encode
+            raise RpcError(UNAVAILABLE, f"cannot connect to {where}: {exc!r}") from None
 
     def _lost(self, conn: _Link, *, gone: bool = False) -> None:
         """*conn* takes no more calls (lost, or going away; *gone*: closed)."""
@@ -278,18 +309,39 @@ class Channel(Dialer):
         for conn in conns:
             conn.close(closed)
         self._live.clear()
-        connecting, self._connecting = self._connecting, None
-        if connecting is not None:
-            connecting.cancel()
-            await asyncio.wait([connecting])
-        self._release_waiting(None, closed)
-        # Until the transports are closed (TLS's goodbye takes a round trip), or they are
-        # aborted: one left closing when the event loop ends is a socket never closed.
-        closing = [conn.shut for conn in conns if not conn.shut.done()]
+        connecting = self._connecting
         try:
-            if closing:
-                await asyncio.wait(closing, timeout=_CLOSE_WAIT)
+            if connecting is not None:
+                connecting[0].cancel()
+                await connecting[1].wait()
+            self._release_waiting(None, closed)
+            # Until the pipes are closed (what was written goes out first), or they are
+            # aborted: a connection's task must not outlive its channel for long.
+            with anyio.move_on_after(_CLOSE_WAIT):
+                for conn in conns:
+                    await conn.shut.wait()
         finally:
             for conn in conns:
-                if not conn.shut.done():
+                if not conn.shut.is_set():
                     conn.abort("the channel was closed")
+            self.timers.close()
+
+    async def __aenter__(self) -> Channel:
+        if self._spawn is None and self._own is None:
+            self._own = BackgroundTasks()
+            await self._own.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            with anyio.CancelScope(shield=True):
+                await self.close()
+        finally:
+            own, self._own = self._own, None
+            if own is not None:
+                await own.aclose()

@@ -196,9 +196,9 @@ class _Connection(_Link):
             return
         self._blocked.pop(stream, None)
         _unblock(stream)
-        if not stream.ended_local and self._transport is not None:
+        if not stream.ended_local and self._pipe is not None:
             # Ended by the server before we were done sending: tell it we stop too.
-            self._transport.write(frame(RST_STREAM, 0, stream.id, struct.pack(">I", _CANCEL)))
+            self._pipe.write(frame(RST_STREAM, 0, stream.id, struct.pack(">I", _CANCEL)))
         stream.call._ended(code, details)
         self._drained()
 
@@ -217,7 +217,7 @@ class _Connection(_Link):
         self._drained()
 
     def _settings(self, flags: int, payload: bytes) -> None:
-        assert self._transport is not None
+        assert self._pipe is not None
         if flags & ACK:
             return
         for key, value in struct.iter_unpack(">HI", payload):  # ranges checked (frames)
@@ -238,7 +238,7 @@ class _Connection(_Link):
             self._flush()
 
     def _pinged(self, flags: int, payload: bytes) -> None:
-        assert self._transport is not None
+        assert self._pipe is not None
         if not flags & ACK:
             self._answer(frame(PING, ACK, 0, payload))
             return

@@ -1,14 +1,14 @@
-"""What one HTTP/2 connection of the etcd transport sends, on an asyncio protocol: its
-streams, flow control both ways, the answers the server asks for, keepalive pings and the
-stall clock (see ``_Link._hold``); and what the connection needs of its calls and its
-channel (:class:`Caller`, :class:`Dialer`), so that it imports neither.
+"""What one HTTP/2 connection of the etcd transport sends, into its pipe (``_pipe``: an
+anyio stream's, or asyncio's transport): its streams, flow control both ways, the
+answers the server asks for, keepalive pings and the stall clock (see ``_Link._hold``);
+and what the connection needs of its calls and its channel (:class:`Caller`,
+:class:`Dialer`), so that it imports neither.
 
 What it receives is ``_connection._Connection``'s, a subclass of :class:`_Link`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import struct
 from abc import ABC, abstractmethod
 from collections import deque
@@ -38,6 +38,9 @@ from ._status import UNAVAILABLE, RpcError
 
 if TYPE_CHECKING:
     import grpc
+
+    from ._pipe import Event, Pipe, Runtime
+    from ._timers import Timer, Timers
 
 __all__ = ["Caller", "Dialer", "_Link", "_Stream"]
 
@@ -105,6 +108,8 @@ class Dialer(ABC):
     max_receive: int
     stall_timeout: float
     stream_window: int
+    runtime: Runtime
+    timers: Timers
 
     @abstractmethod
     def _lost(self, conn: _Link, *, gone: bool = False) -> None:
@@ -135,7 +140,7 @@ class _Stream:
         self.call = call
         self.id = 0
         self.send_window = send_window
-        self.pending: deque[tuple[bytes, bool, asyncio.Future[None] | None]] = deque()
+        self.pending: deque[tuple[bytes, bool, Event | None]] = deque()
         self.received = bytearray()  # gRPC framing: a message may span DATA frames
         self.message = 0  # the length of the message being received, 0 if none
         self.unacked = 0  # bytes received since we last granted them back
@@ -144,15 +149,16 @@ class _Stream:
         self.ended_local = False
 
 
-class _Link(asyncio.Protocol):
+class _Link:
     """What an HTTP/2 connection sends: its streams, flow control both ways, the answers
     the peer asks for, keepalive and the stall clock (what it receives:
-    ``_connection._Connection``, this class's subclass)."""
+    ``_connection._Connection``, this class's subclass). Its pipe calls it as a
+    :class:`~._pipe.Receiver`."""
 
     def __init__(self, channel: Dialer) -> None:
         self._channel = channel
         self._half_window = channel.stream_window // 2  # see credit()
-        self._transport: asyncio.Transport | None = None
+        self._pipe: Pipe | None = None
         self._streams: dict[int, _Stream] = {}
         self._next_id = 1
         self._send_window = DEFAULT_WINDOW
@@ -166,21 +172,21 @@ class _Link(asyncio.Protocol):
         self._answers = 0  # PING and SETTINGS answered while paused
         self._to_answer: list[bytes] = []  # answers to the frames being read, in order
         self._held_since: float | None = None  # see _hold
-        self._stall: asyncio.TimerHandle | None = None
-        self._ping: asyncio.TimerHandle | None = None
-        self._ping_due: asyncio.TimerHandle | None = None
+        self._timers = channel.timers
+        self._stall: Timer | None = None
+        self._ping: Timer | None = None
+        self._ping_due: Timer | None = None
         self._pings = 0
         self._ping_sent = b""  # the payload of the PING in flight (see _pinged)
         self.error: RpcError | None = None  # set once the connection is lost
         self.draining = False  # GOAWAY received: no new streams
-        #: Resolved when the transport is closed (a TLS one says goodbye first).
-        self.shut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        #: Set when the pipe is closed.
+        self.shut: Event = channel.runtime.event()
 
     # -- the connection ----------------------------------------------------------------------
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+    def connection_made(self, pipe: Pipe) -> None:
+        self._pipe = pipe
         settings = struct.pack(
             ">HIHIHIHI",
             SETTING_ENABLE_PUSH,
@@ -192,17 +198,16 @@ class _Link(asyncio.Protocol):
             SETTING_MAX_HEADER_LIST,
             MAX_HEADER_BLOCK,
         )
-        transport.write(
+        pipe.write(
             _PREFACE
             + frame(SETTINGS, 0, 0, settings)
             + frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", _WINDOW - DEFAULT_WINDOW))
         )
 
-    def connection_lost(self, exc: Exception | None) -> None:
+    def connection_lost(self, exc: BaseException | None) -> None:
         reason = f"the connection to etcd was lost: {exc}" if exc else "etcd closed the connection"
         self._fail(RpcError(UNAVAILABLE, reason))
-        if not self.shut.done():
-            self.shut.set_result(None)
+        self.shut.set()
 
     def _fail(self, error: RpcError) -> None:
         if self.error is None:
@@ -224,13 +229,13 @@ class _Link(asyncio.Protocol):
     def close(self, error: RpcError) -> None:
         """End every call with *error* and close the connection."""
         self._fail(error)
-        if self._transport is not None:
-            self._transport.close()
+        if self._pipe is not None:
+            self._pipe.close()
 
     def abort(self, why: str) -> None:
         self._fail(RpcError(UNAVAILABLE, why))
-        if self._transport is not None:
-            self._transport.abort()
+        if self._pipe is not None:
+            self._pipe.abort()
 
     @property
     def usable(self) -> bool:
@@ -264,7 +269,7 @@ class _Link(asyncio.Protocol):
             self._progressed()
 
     def _open_stream(self, call: Caller, block: bytes, body: bytes | None) -> _Stream:
-        assert self._transport is not None
+        assert self._pipe is not None
         stream = _Stream(call, self._initial_window, self._channel.stream_window)
         stream.id = sid = self._next_id
         self._next_id += 2
@@ -283,20 +288,18 @@ class _Link(asyncio.Protocol):
             self._send_window -= len(body)
             stream.send_window -= len(body)
             stream.ended_local = True
-            self._transport.write(headers + frame(DATA, END_STREAM, sid, body))
+            self._pipe.write(headers + frame(DATA, END_STREAM, sid, body))
             if self._held_since is not None:
                 self._progressed()
         else:
-            self._transport.write(headers)
+            self._pipe.write(headers)
             if body is not None:
                 self.send(stream, body, end=True)
         if self._ping is None and self._ping_due is None:
             self._schedule_ping()
         return stream
 
-    def send(
-        self, stream: _Stream, data: bytes, end: bool, done: asyncio.Future[None] | None = None
-    ) -> bool:
+    def send(self, stream: _Stream, data: bytes, end: bool, done: Event | None = None) -> bool:
         """Send *data* on *stream* (*end*: its last); False if flow control holds some of
         it back, sent later (then *done* is resolved once all of it went out)."""
         if (
@@ -310,10 +313,10 @@ class _Link(asyncio.Protocol):
             if stream.pending:
                 self._hold()
             return not stream.pending
-        assert self._transport is not None
+        assert self._pipe is not None
         self._send_window -= len(data)
         stream.send_window -= len(data)
-        self._transport.write(frame(DATA, END_STREAM if end else 0, stream.id, data))
+        self._pipe.write(frame(DATA, END_STREAM if end else 0, stream.id, data))
         stream.ended_local = stream.ended_local or end
         if self._held_since is not None:
             self._progressed()
@@ -322,7 +325,7 @@ class _Link(asyncio.Protocol):
     def _flush(self) -> None:
         """Send what flow control held back, as far as the windows allow and until the
         transport pauses us."""
-        assert self._transport is not None
+        assert self._pipe is not None
         sent = False
         for stream in list(self._blocked):
             while stream.pending and not self._paused:
@@ -334,15 +337,15 @@ class _Link(asyncio.Protocol):
                 self._send_window -= len(chunk)
                 stream.send_window -= len(chunk)
                 last = end and not rest
-                self._transport.write(frame(DATA, END_STREAM if last else 0, stream.id, chunk))
+                self._pipe.write(frame(DATA, END_STREAM if last else 0, stream.id, chunk))
                 sent = True
                 if rest:
                     stream.pending[0] = (rest, end, done)
                     continue
                 stream.pending.popleft()
                 stream.ended_local = stream.ended_local or end
-                if done is not None and not done.done():
-                    done.set_result(None)
+                if done is not None:
+                    done.set()
             if not stream.pending:
                 del self._blocked[stream]
         if sent:
@@ -354,8 +357,8 @@ class _Link(asyncio.Protocol):
             return
         self._blocked.pop(stream, None)
         _unblock(stream)
-        if self._transport is not None and self.error is None:
-            self._transport.write(frame(RST_STREAM, 0, stream.id, struct.pack(">I", _CANCEL)))
+        if self._pipe is not None and self.error is None:
+            self._pipe.write(frame(RST_STREAM, 0, stream.id, struct.pack(">I", _CANCEL)))
         self._drained()
 
     def _drained(self) -> None:
@@ -401,8 +404,8 @@ class _Link(asyncio.Protocol):
         answers, self._to_answer = self._to_answer, []
         if self._paused:
             self._answers += len(answers)
-        assert self._transport is not None
-        self._transport.write(b"".join(answers) if len(answers) > 1 else answers[0])
+        assert self._pipe is not None
+        self._pipe.write(b"".join(answers) if len(answers) > 1 else answers[0])
 
     # What the calls send can wait on the server: for its flow-control windows (a DATA
     # frame held back), for room under its limit of streams (a stream queued), or for it
@@ -422,25 +425,23 @@ class _Link(asyncio.Protocol):
     def _hold(self) -> None:
         """Something waits to be sent: start the stall clock, unless it runs."""
         if self._held_since is None:
-            self._held_since = asyncio.get_running_loop().time()
+            self._held_since = self._timers.clock()
         if self._stall is None and self.error is None:
-            loop = asyncio.get_running_loop()
             due = self._held_since + self._channel.stall_timeout
-            self._stall = loop.call_at(due, self._check_stall)
+            self._stall = self._timers.call_at(due, self._check_stall)
 
     def _progressed(self) -> None:
         """Something held back went out: the clock starts again for what still waits."""
         held = self._blocked or self._queued
-        self._held_since = asyncio.get_running_loop().time() if held else None
+        self._held_since = self._timers.clock() if held else None
 
     def _check_stall(self) -> None:
         self._stall = None
         if self._held_since is None or self.error is not None:
             return
-        loop = asyncio.get_running_loop()
         due = self._held_since + self._channel.stall_timeout
-        if loop.time() < due:
-            self._stall = loop.call_at(due, self._check_stall)
+        if self._timers.clock() < due:
+            self._stall = self._timers.call_at(due, self._check_stall)
             return
         if self._blocked or any(call._code is None for call, _, _ in self._queued):
             timeout = self._channel.stall_timeout
@@ -450,19 +451,18 @@ class _Link(asyncio.Protocol):
     # -- keepalive ------------------------------------------------------------------------------
 
     def _schedule_ping(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._ping = loop.call_later(self._channel.keepalive, self._send_ping)
+        self._ping = self._timers.call_later(self._channel.keepalive, self._send_ping)
 
     def _send_ping(self) -> None:
         self._ping = None
         if self.error is not None or not self._streams:
             return  # nothing waits on this connection: ping when something does
-        assert self._transport is not None
+        assert self._pipe is not None
         self._pings += 1
         self._ping_sent = self._pings.to_bytes(8, "big")
-        self._transport.write(frame(PING, 0, 0, self._ping_sent))
-        loop = asyncio.get_running_loop()
-        self._ping_due = loop.call_later(self._channel.keepalive_timeout, self._ping_unanswered)
+        self._pipe.write(frame(PING, 0, 0, self._ping_sent))
+        timeout = self._channel.keepalive_timeout
+        self._ping_due = self._timers.call_later(timeout, self._ping_unanswered)
 
     def _ping_unanswered(self) -> None:
         self._ping_due = None
@@ -476,8 +476,8 @@ class _Link(asyncio.Protocol):
         stream whose reader is slow does not stop the others."""
         self._unacked += n
         if self._unacked >= _TOP_UP:
-            assert self._transport is not None
-            self._transport.write(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", self._unacked)))
+            assert self._pipe is not None
+            self._pipe.write(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", self._unacked)))
             self._unacked = 0
 
     def credit(self, stream: _Stream, n: int) -> None:
@@ -487,10 +487,8 @@ class _Link(asyncio.Protocol):
         a watch nobody reads holds at most a window and a message."""
         stream.unacked += n
         if stream.unacked >= self._half_window and self._open(stream):
-            assert self._transport is not None
-            self._transport.write(
-                frame(WINDOW_UPDATE, 0, stream.id, struct.pack(">I", stream.unacked))
-            )
+            assert self._pipe is not None
+            self._pipe.write(frame(WINDOW_UPDATE, 0, stream.id, struct.pack(">I", stream.unacked)))
             stream.window += stream.unacked
             stream.unacked = 0
 
@@ -501,6 +499,6 @@ class _Link(asyncio.Protocol):
 def _unblock(stream: _Stream) -> None:
     """Wake the writers of what *stream* held back: it ended (they see that)."""
     for _, _, done in stream.pending:
-        if done is not None and not done.done():
-            done.set_result(None)
+        if done is not None:
+            done.set()
     stream.pending.clear()

@@ -14,6 +14,7 @@ __all__ = [
     "OK",
     "RESET_CODES",
     "UNAVAILABLE",
+    "CallEnded",
     "RpcError",
     "percent_decoded",
 ]
@@ -42,6 +43,11 @@ HTTP_CODES = {
 CODES = {code.value[0]: code for code in grpc.StatusCode}
 OK = grpc.StatusCode.OK
 UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
+
+
+class CallEnded(Exception):
+    """A stream's write or read after the call has ended (grpc.aio raises asyncio's
+    InvalidStateError, which is asyncio's own; this transport runs on any event loop)."""
 
 
 class RpcError(grpc.aio.AioRpcError):  # type: ignore[misc]
