@@ -4,6 +4,7 @@ on trio the generic anyio one)."""
 
 from __future__ import annotations
 
+import os
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING
 
@@ -46,6 +47,10 @@ ETCD_TRIO_MODULES = frozenset(
         "test_queue_fast_paths",
     }
 )
+
+#: ``COORD_TRIO_ALL=1``: every module on etcd-trio too (the whole suite there, run before
+#: a change to the transport lands; ``-k etcd-trio`` runs just that).
+ALL_ON_TRIO = os.environ.get("COORD_TRIO_ALL") == "1"
 
 #: The stores that run on asyncio (for tests of asyncio's own cancellation, or too slow
 #: to run twice over the same code path).
@@ -131,5 +136,6 @@ def _deselected(item: pytest.Item) -> bool:
         return False
     cohort = params.params.get("mutex_mode") == "cohort"
     if params.params.get("store") == ("etcd", "trio"):
-        return cohort or item.module.__name__.rpartition(".")[2] not in ETCD_TRIO_MODULES  # type: ignore[attr-defined]
+        module = item.module.__name__.rpartition(".")[2]  # type: ignore[attr-defined]
+        return cohort or (module not in ETCD_TRIO_MODULES and not ALL_ON_TRIO)
     return cohort and item.get_closest_marker("strict_only") is not None

@@ -12,6 +12,7 @@ modules only the tests named in :data:`TRIO_TESTS`. Native asyncio cancellation
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 import pytest
@@ -57,6 +58,9 @@ TRIO_TESTS = frozenset(
     }
 )
 
+#: ``COORD_TRIO_ALL=1``: every test on trio too, but those of asyncio's own cancellation.
+ALL_ON_TRIO = os.environ.get("COORD_TRIO_ALL") == "1"
+
 
 @pytest.fixture(params=["asyncio", "trio"])
 def anyio_backend(request: pytest.FixtureRequest) -> str:
@@ -81,7 +85,7 @@ def _asyncio_only(item: pytest.Item) -> bool:
         return True
     module = item.module.__name__.rpartition(".")[2]  # type: ignore[attr-defined]
     name = item.name.partition("[")[0]
-    return module not in TRIO_MODULES and name not in TRIO_TESTS
+    return module not in TRIO_MODULES and name not in TRIO_TESTS and not ALL_ON_TRIO
 
 
 @pytest.fixture
