@@ -96,9 +96,10 @@ class BackgroundTasks:
             if len(group.exceptions) == 1:
                 raise group.exceptions[0] from None
             raise
-        crash = self._native.crash if self._native is not None else None
-        if crash is not None:
-            raise crash  # a plain task's (see _NativeTasks), as a task group's would be
+        native = self._native
+        if native is not None and native.crash is not None:
+            native.told = True
+            raise native.crash  # a plain task's (see _NativeTasks), as a task group's would be
 
     def _crashed(self) -> None:
         """A plain task crashed: end the host, which raises its error."""
@@ -136,6 +137,12 @@ class BackgroundTasks:
             if self._native is not None:
                 with anyio.CancelScope(shield=True):
                     await self._native.wait()
+        # A plain task that crashed after the host ended (in a clean-up while closing)
+        # is raised here, one group deep, as the task group's would have been.
+        native = self._native
+        if native is not None and native.crash is not None and not native.told:
+            native.told = True
+            raise BaseExceptionGroup("unhandled errors in a TaskGroup", [native.crash])
 
 
 def _on_asyncio() -> bool:
@@ -156,7 +163,7 @@ class _NativeTasks:
     would (again at every checkpoint until it leaves, its shielded clean-ups let run);
     its crash is kept and *crashed* called, which ends the host and raises it."""
 
-    __slots__ = ("_closing", "_crashed", "_scopes", "_tasks", "crash")
+    __slots__ = ("_closing", "_crashed", "_scopes", "_tasks", "crash", "told")
 
     def __init__(self, crashed: Callable[[], None]) -> None:
         self._crashed = crashed
@@ -164,6 +171,7 @@ class _NativeTasks:
         self._scopes: set[anyio.CancelScope] = set()
         self._closing = False
         self.crash: BaseException | None = None
+        self.told = False  # the crash was raised (by the host, or by aclose)
 
     def start_soon(
         self, func: Callable[..., Coroutine[Any, Any, Any]], args: tuple[Any, ...]

@@ -98,3 +98,25 @@ async def test_a_cancelled_scope_a_task_was_started_in_does_not_reach_it() -> No
     after = len(ticks)
     await anyio.sleep(0.05)
     assert len(ticks) == after
+
+
+async def test_a_crash_in_a_clean_up_while_closing_is_raised_by_aclose() -> None:
+    tasks = BackgroundTasks()
+    started = anyio.Event()
+
+    async def cleans_up_badly() -> None:
+        try:
+            started.set()
+            await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(0.05)
+            raise RuntimeError("clean-up failed")
+
+    with anyio.fail_after(5):  # (scopes nest: around both open() and aclose())
+        await tasks.open()
+        tasks.start_soon(cleans_up_badly)
+        await started.wait()
+        with pytest.raises(ExceptionGroup) as caught:
+            await tasks.aclose()
+    assert [repr(e) for e in caught.value.exceptions] == [repr(RuntimeError("clean-up failed"))]
