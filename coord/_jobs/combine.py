@@ -186,6 +186,9 @@ class Combiner:
 
     async def _commit(self, batch: list[_Put]) -> None:
         session = await self._source.live()
+        batch = [put for put in batch if not put.gone]  # cancelled while it waited
+        if not batch:
+            return
         try:
             session.check()  # a session lost before anything is sent: not done
         except SessionExpiredError as exc:

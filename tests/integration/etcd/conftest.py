@@ -58,8 +58,10 @@ TRIO_TESTS = frozenset(
     }
 )
 
-#: ``COORD_TRIO_ALL=1``: every test on trio too, but those of asyncio's own cancellation.
+#: ``COORD_TRIO_ALL=1``: every test on trio too, but those of asyncio's own cancellation
+#: and the modules written with asyncio's API (asyncio.gather, asyncio.timeout, tasks).
 ALL_ON_TRIO = os.environ.get("COORD_TRIO_ALL") == "1"
+ASYNCIO_WRITTEN = frozenset({"test_ordered_queue", "test_queue_stress"})
 
 
 @pytest.fixture(params=["asyncio", "trio"])
@@ -85,7 +87,9 @@ def _asyncio_only(item: pytest.Item) -> bool:
         return True
     module = item.module.__name__.rpartition(".")[2]  # type: ignore[attr-defined]
     name = item.name.partition("[")[0]
-    return module not in TRIO_MODULES and name not in TRIO_TESTS and not ALL_ON_TRIO
+    if ALL_ON_TRIO:
+        return module in ASYNCIO_WRITTEN
+    return module not in TRIO_MODULES and name not in TRIO_TESTS
 
 
 @pytest.fixture
