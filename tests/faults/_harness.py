@@ -225,6 +225,10 @@ class FaultRun:
         go with its lease, at most a TTL later)."""
         async with coord.connect(url, ttl=self.ttl) as client:
             with anyio.fail_after(self.ttl + 10):
+                layout = self.options.get("layout", "coord")
+                if layout != "coord":  # the peer's keys or nodes, not coord's entries
+                    await _wait_for_no_layout_keys(client, layout)
+                    return
                 if self.recipe != "queue":
                     await wait_for_no_waiters(client, NAME)
                     return
@@ -252,3 +256,17 @@ class FaultRun:
         for worker in [*self.producers.values(), *self.workers.values()]:
             lines.append(f"--- {worker.proc} (pid {worker.pid}) log tail:\n{worker.tail(tail)}")
         return "\n".join(lines)
+
+
+async def _wait_for_no_layout_keys(client: coord.Client, layout: str) -> None:
+    """Return once the peer layout's lock *NAME* has no key (etcd: ``NAME/<lease>``) or
+    node (ZooKeeper: the children of ``/NAME``) left. Polled: this runs once per test."""
+    backend = client.backend
+    while True:
+        if layout == "etcd":
+            left = [e.key for e in (await backend.keys_by_creation(f"{NAME}/")).entries]
+        else:
+            left = list((await backend.child_names(f"{NAME}/")).names)
+        if not left:
+            return
+        await anyio.sleep(0.1)
