@@ -40,6 +40,7 @@ class Hold:
     exited: float | None = None
     lost: bool = False
     killed: bool = False  # its process was killed while it held
+    key: str = ""  # the hold's (the term's) key in the store, as its worker reported it
 
     def __str__(self) -> str:
         end = f"{self.exited:.3f}" if self.exited is not None else "open"
@@ -55,7 +56,8 @@ def holds(events: Iterable[Event], killed: Iterable[str] = ()) -> list[Hold]:
     for event in events:
         key = (event.proc, event.task, event.fence)
         if event.kind == "ENTER":
-            hold = open_holds[key] = Hold(event.proc, event.task, event.fence, event.at)
+            hold = Hold(event.proc, event.task, event.fence, event.at, key=event.detail)
+            open_holds[key] = hold
             result.append(hold)
         elif event.kind == "EXIT" and key in open_holds:
             open_holds[key].exited = event.at

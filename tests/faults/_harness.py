@@ -67,12 +67,14 @@ class FaultRun:
     :param tasks: tasks per worker
     :param recipe: ``"mutex"``, ``"cohort"`` (a mutex with ``local_handoff=2``),
         ``"election"`` (each term is a hold) or ``"queue"`` (each claim is a hold)
+    :param layout: the workers' layout of mutexes and elections (``connect(layout=)``)
     """
 
     directory: Path
     ttl: float = 2.0
     tasks: int = 2
     recipe: str = "mutex"
+    layout: str = "coord"
     options: dict[str, Any] = field(default_factory=dict)
     store: FencedStore = field(default_factory=FencedStore)
     workers: dict[str, Worker] = field(default_factory=dict)
@@ -97,6 +99,7 @@ class FaultRun:
             f"--ttl={self.ttl}",
             f"--recipe={self.recipe}",
             f"--options={json.dumps(self.options)}",
+            f"--layout={self.layout}",
             f"--role={role}",
         ]
         with log.open("ab") as out:

@@ -9,7 +9,8 @@ time-stamped and serialized by the store, which the checks read afterwards.
 One request per line, one reply per line::
 
     HELLO <proc> <pid>              -> OK
-    ENTER <proc> <task> <fence>     -> OK          (entered the body of async with)
+    ENTER <proc> <task> <fence> [<key>] -> OK      (entered the body of async with;
+                                                    the key of the hold or the term)
     READ  <proc> <task> <fence>     -> <counter>
     WRITE <proc> <task> <fence> <v> -> OK | REJECTED
     EXIT  <proc> <task> <fence>     -> OK          (leaving the body, still inside)
@@ -145,6 +146,9 @@ class FencedStore:
                     self.highest_fence, self.counter = fence, value
                 self.events.append(Event(now, kind, proc, task, fence, value, accepted))
                 return "OK" if accepted else "REJECTED"
+            if kind == "ENTER" and len(rest) > 2:  # with the hold's key
+                self.events.append(Event(now, kind, proc, task, fence, detail=rest[2]))
+                return "OK"
             if kind == "LOST" and len(rest) > 3:  # a ClaimLost's outcome
                 self.events.append(Event(now, kind, proc, task, fence, detail=rest[3]))
                 return "OK"

@@ -22,6 +22,9 @@ the client and exits 0. SIGUSR1 writes a diagnosis to stderr (the worker's log):
 client's session and statistics, the mutex's entries as the store lists them, and the
 stack of every task; the harness asks for it when a worker does not make progress.
 
+``--layout`` is the client's default layout of its mutexes and elections (``coord``,
+or a peer's, such as ``etcd``: etcd's Go concurrency package).
+
     python _worker.py --url etcd://... --store 127.0.0.1:PORT --proc p0 --tasks 2 --ttl 2
 """
 
@@ -87,7 +90,8 @@ async def loop(client: coord.Client, store: StoreClient, proc: str, task: str, r
                 holding = client.mutex(NAME)
             async with holding as hold:
                 fence = hold.fence
-                await store.ask("ENTER", proc, task, fence)
+                key = [] if isinstance(hold, coord.Job) else [hold.key]  # the layout's
+                await store.ask("ENTER", proc, task, fence, *key)
                 for _ in range(3 if recipe == "election" else 1):
                     value = int(await store.ask("READ", proc, task, fence))
                     await anyio.sleep(random.uniform(0.005, 0.03))
@@ -184,7 +188,7 @@ async def main(args: argparse.Namespace) -> None:
     options: dict[str, Any] = json.loads(args.options)
     hello = await connect_store(args.store)
     await hello.ask("HELLO", args.proc, os.getpid())
-    async with coord.connect(args.url, ttl=args.ttl, **options) as client:
+    async with coord.connect(args.url, ttl=args.ttl, layout=args.layout, **options) as client:
         async with anyio.create_task_group() as tg:
             if args.role == "producer":
                 store = await connect_store(args.store)
@@ -209,6 +213,7 @@ if __name__ == "__main__":
     parser.add_argument("--tasks", type=int, default=2)
     parser.add_argument("--ttl", type=float, default=2.0)
     parser.add_argument("--options", default="{}")
+    parser.add_argument("--layout", default="coord")
     recipes = ["mutex", "cohort", "election", "queue"]
     parser.add_argument("--recipe", choices=recipes, default="mutex")
     parser.add_argument("--role", choices=["worker", "producer"], default="worker")

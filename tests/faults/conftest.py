@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from coord.testing import EtcdServer, ZooKeeperServer
+from coord.testing import EtcdServer, TcpProxy, ZooKeeperServer
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -33,3 +33,11 @@ def server(kind: str) -> Iterator[EtcdServer | ZooKeeperServer]:
     factory = EtcdServer if kind == "etcd" else ZooKeeperServer
     with factory() as server:
         yield server
+
+
+@pytest.fixture
+def proxy(server: EtcdServer | ZooKeeperServer) -> Iterator[TcpProxy]:
+    """A TCP proxy in front of the test's server, to cut a client off and heal."""
+    port = server.client_port if isinstance(server, EtcdServer) else server.port
+    with TcpProxy(port) as proxy:
+        yield proxy

@@ -170,13 +170,6 @@ async def test_cluster_leader_killed(
     await _finish(run, url)
 
 
-@pytest.fixture
-def proxy(server: EtcdServer | ZooKeeperServer) -> Iterator[TcpProxy]:
-    port = server.client_port if isinstance(server, EtcdServer) else server.port
-    with TcpProxy(port) as proxy:
-        yield proxy
-
-
 async def test_client_cut_off_past_its_ttl(
     run: FaultRun, server: EtcdServer | ZooKeeperServer, proxy: TcpProxy, kind: str
 ) -> None:
