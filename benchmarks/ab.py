@@ -1,15 +1,18 @@
-"""Two versions of coord, one run: a contended coord.Mutex (coord's own layout) from each
-source tree in turn, against the same servers, alternated so that the machine's drift hits
-both alike.
+"""Two versions of coord, one run: the same benchmark from each source tree in turn,
+against the same servers, alternated so that the machine's drift hits both alike.
 
-Each round runs, per store and per tree, one child process: N contenders over min(N, 8)
-clients looping acquire/release for a fixed time (benchmarks/suite.py's ``coord_run``, in
-coord's default layout), and prints acquisitions/s and the child's CPU per acquisition.
+Each round runs, per store and per tree, one child process: with ``--bench mutex`` (the
+default) N contenders over min(N, 8) clients looping acquire/release of one coord.Mutex
+for a fixed time (benchmarks/suite.py's ``coord_run``, in coord's default layout); with
+``--bench queue``, *jobs* put, then claimed and acked by N workers over 4 clients
+(benchmarks/queue_bench.py's ``queue_claims``). It prints the rate and the child's CPU
+per acquisition or job.
 The servers run as production runs them (etcd's default fsync; ZooKeeper
 ``forceSync=yes``). Under the rounds: the median of each column per tree, and after/before.
 
     git worktree add /tmp/before 506ce9a
     python benchmarks/ab.py --before /tmp/before --after . --rounds 5
+    python benchmarks/ab.py --before /tmp/before --bench queue --stores zk --contenders 8
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from pathlib import Path
 
 from coord.testing import EtcdServer, ZooKeeperServer
 
-CHILD = """
+MUTEX = """
 import json, sys, time, anyio
 sys.path.insert(0, {bench!r})
 from suite import coord_run
@@ -35,11 +38,25 @@ elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
 print(json.dumps({{"rate": len(waits) / elapsed, "cpu_ms": cpu / max(len(waits), 1) * 1e3}}))
 """
 
+# The queue: *jobs* put (untimed), then claimed and acked by n workers over 4 clients;
+# the CPU is the whole child's (puts included) per job.
+QUEUE = """
+import asyncio, json, sys, time
+sys.path.insert(0, {bench!r})
+from queue_bench import queue_claims
+cpu0 = time.process_time()
+rate = asyncio.run(queue_claims({url!r}, {jobs}, {n}, 0))
+cpu = time.process_time() - cpu0
+print(json.dumps({{"rate": rate, "cpu_ms": cpu / {jobs} * 1e3}}))
+"""
 
-def child(tree: Path, url: str, n: int, seconds: float) -> dict[str, float]:
-    """One run of the contended loop with coord imported from ``tree``."""
+
+def child(tree: Path, url: str, n: int, args: argparse.Namespace) -> dict[str, float]:
+    """One run of the benchmark with coord imported from ``tree``."""
     # cwd is the tree: python -c puts the working directory first on sys.path.
-    code = CHILD.format(bench=str(tree / "benchmarks"), url=url, n=n, seconds=seconds)
+    code = (MUTEX if args.bench == "mutex" else QUEUE).format(
+        bench=str(tree / "benchmarks"), url=url, n=n, seconds=args.seconds, jobs=args.jobs
+    )
     env = {**os.environ, "PYTHONPATH": str(tree)}
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, cwd=tree, capture_output=True, text=True
@@ -56,7 +73,9 @@ def main() -> None:
     parser.add_argument("--after", type=Path, default=Path(), help="source tree of after")
     parser.add_argument("--stores", nargs="+", choices=["etcd", "zk"], default=["etcd", "zk"])
     parser.add_argument("--contenders", type=int, nargs="+", default=[1, 32])
-    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--bench", choices=["mutex", "queue"], default="mutex")
+    parser.add_argument("--seconds", type=float, default=4.0, help="per mutex run")
+    parser.add_argument("--jobs", type=int, default=2000, help="per queue run")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     trees = {"before": args.before.resolve(), "after": args.after.resolve()}
@@ -68,11 +87,11 @@ def main() -> None:
                     order = ["before", "after"] if i % 2 == 0 else ["after", "before"]
                     for label in order:
                         url = f"{server.url}/ab{i}{label}{n}"
-                        result = child(trees[label], url, n, args.seconds)
+                        result = child(trees[label], url, n, args)
                         runs[label].append(result)
                         print(
-                            f"{store} n={n} round {i} {label:6}: {result['rate']:8,.0f} acq/s "
-                            f"{result['cpu_ms']:.3f} ms CPU/acq",
+                            f"{store} n={n} round {i} {label:6}: {result['rate']:8,.0f}/s "
+                            f"{result['cpu_ms']:.3f} ms CPU each",
                             flush=True,
                         )
                 medians = {
@@ -81,8 +100,9 @@ def main() -> None:
                 }
                 b, a = medians["before"], medians["after"]
                 print(
-                    f"== {store} n={n}: before {b['rate']:,.0f} acq/s {b['cpu_ms']:.3f} ms; "
-                    f"after {a['rate']:,.0f} acq/s {a['cpu_ms']:.3f} ms; "
+                    f"== {args.bench} {store} n={n}: "
+                    f"before {b['rate']:,.0f}/s {b['cpu_ms']:.3f} ms; "
+                    f"after {a['rate']:,.0f}/s {a['cpu_ms']:.3f} ms; "
                     f"after/before rate {a['rate'] / b['rate']:.2f}, "
                     f"CPU {a['cpu_ms'] / b['cpu_ms']:.2f}",
                     flush=True,

@@ -14,13 +14,17 @@ import os
 import ssl
 import stat
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import anyio
 
 from ..._core.checks import check_bool, check_type
 from ..._core.exceptions import ConfigurationError
 
-__all__ = ["TLSFiles", "tls_files"]
+if TYPE_CHECKING:
+    from anyio.abc import ByteStream
+
+__all__ = ["TLSFiles", "open_stream", "tls_files"]
 
 _FIELDS = ("ca_file", "cert_file", "key_file")
 
@@ -117,3 +121,20 @@ def _check_readable(field: str, path: str | None) -> None:
         ) from exc
     if not stat.S_ISREG(info.st_mode):
         raise ConfigurationError(f"TLS file {path!r} ({field}) is not a regular file")
+
+
+async def open_stream(host: str, port: int, ssl_context: ssl.SSLContext | None) -> ByteStream:
+    """A TCP connection to *host*, over TLS with *ssl_context* if given. Not bounded in
+    time: the caller bounds the attempt.
+
+    The TLS stream is not "standard compatible": a server that closes without TLS's
+    goodbye (``close_notify``) ends the stream as a plain close does, and our own close
+    does not wait for the server's answer to ours. Both stores' servers close that way.
+
+    :raises OSError: the connection or the TLS handshake (``ssl.SSLError``) failed
+    """
+    if ssl_context is None:
+        return await anyio.connect_tcp(host, port)
+    return await anyio.connect_tcp(
+        host, port, ssl_context=ssl_context, tls_standard_compatible=False
+    )

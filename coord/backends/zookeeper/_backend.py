@@ -360,8 +360,8 @@ class ZooKeeperBackend(FaultHooks, Backend):
 
     async def transact(self, ops: Sequence[Op]) -> tuple[Entry | None, ...] | None:
         """One ``multi`` request (see :mod:`._multi`), plus one read of the nodes it
-        creates. A checkpoint. Not repeated after a connection loss. If cancelled, it may
-        have happened."""
+        creates unless a set in it tells their zxid. A checkpoint. Not repeated after a
+        connection loss. If cancelled, it may have happened."""
         check_ops(ops, self.max_value_size)
         self._sizes.check_multi(ops)
         self._check_open()

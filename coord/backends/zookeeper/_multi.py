@@ -13,10 +13,13 @@
 A multi fails as a whole, and the answer names the operation that failed: "no node" or "bad
 version" on an Update, Remove or Check is a failed guard (None); "no node" on a Create is a
 missing parent (a container the server reaped), created before trying again; on a Put it
-means "create it" (and then "node exists" means "set it"). The new
-nodes are read once after the commit (pipelined): for their czxid, and to check that an
-ephemeral one belongs to the lease's session (an expired session may have been replaced
-under us: such a node is deleted and SessionExpiredError raised).
+means "create it" (and then "node exists" means "set it").
+
+A multi that creates ephemeral nodes is sent only on the lease's own session (an expired
+one may have been replaced under us: then nothing is sent and SessionExpiredError is
+raised), so its nodes are the lease's. Their czxid is the multi's zxid, which the stat of
+a set in the same multi tells (a claim: the job's update beside the claim's create); a
+multi with no set reads its new nodes once after the commit (pipelined) for it.
 """
 
 from __future__ import annotations
@@ -27,17 +30,19 @@ from kazoo import exceptions as kz
 
 from ..._core.exceptions import BackendError, SessionExpiredError
 from ...abc import Check, Create, Entry, Put, Update
+from ._paths import fence_of_name
 from ._waitqueue import committing, entry_of
 from ._wire import check_op, create_op, delete_op, set_data_op
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Awaitable, Callable, Sequence
 
     from ...abc import Lease, Op
     from ._connection import Connection
     from ._nodes import Nodes
     from ._paths import Paths
     from ._waitqueue import WaitQueues
+    from ._wire import WireClient
 
 __all__ = ["Transactions"]
 
@@ -86,10 +91,16 @@ class Transactions:
         creating: set[int] = set()  # the Puts to send as creates
         for _ in range(_PARENT_ATTEMPTS):
             # Not repeated after a connection loss: BackendUnavailable (outcome unknown).
-            results = await self._conn.call("transact", committing(self._build(ops, creating)))
+            sent_on: list[int] = []
+            request = _on_session(committing(self._build(ops, creating)), owners, sent_on)
+            results = await self._conn.call("transact", request)
+            if results is None:
+                raise SessionExpiredError(
+                    "ZooKeeper transaction: not sent, the lease's session is over"
+                )
             failed = [(i, r) for i, r in enumerate(results) if isinstance(r, Exception)]
             if not failed:
-                return await self._results(ops, results, owners)
+                return await self._results(ops, results, owners, sent_on[-1])
             real = [(i, r) for i, r in failed if not isinstance(r, kz.RolledBackError)]
             index, error = real[0] if real else failed[0]
             op = ops[index]
@@ -110,8 +121,11 @@ class Transactions:
         raise BackendError("ZooKeeper transaction: a parent keeps disappearing")
 
     async def _results(
-        self, ops: Sequence[Op], results: list[Any], owners: dict[int, int]
+        self, ops: Sequence[Op], results: list[Any], owners: dict[int, int], session: int
     ) -> tuple[Entry | None, ...]:
+        known = self._known(ops, results, owners, session)
+        if known is not None:
+            return known
         created = {
             i: self._paths.key(result[0])
             for i, result in enumerate(results)
@@ -143,3 +157,55 @@ class Transactions:
                 "ZooKeeper transaction: the session expired under it (its new nodes are gone)"
             )
         return tuple(out)
+
+    def _known(
+        self, ops: Sequence[Op], results: list[Any], owners: dict[int, int], session: int
+    ) -> tuple[Entry | None, ...] | None:
+        """The entries of a committed multi without reading its new nodes back, when the
+        answer tells all: every operation of a multi is one transaction with one zxid, so a
+        set's stat (its ``mzxid``) is the czxid of the nodes created beside it, and an
+        ephemeral one belongs to the session the multi was sent on (:func:`_on_session`).
+        None when no set is in the multi (a create's answer has no stat on ZooKeeper 3.8):
+        the caller reads."""
+        zxid = next(
+            (r.mzxid for op, r in zip(ops, results, strict=True) if isinstance(op, Update)), None
+        )
+        if zxid is None:
+            return None
+        out: list[Entry | None] = []
+        for i, (op, result) in enumerate(zip(ops, results, strict=True)):
+            if isinstance(op, Create):
+                key = self._paths.key(result[0])
+                revision = fence_of_name(key.rpartition("/")[2]) or zxid
+                lease = session if i in owners else 0
+                out.append(Entry(key, op.value, revision, 0, lease))
+            elif isinstance(op, Update):
+                out.append(entry_of(op.entry.key, op.value, result))
+            else:
+                out.append(None)
+        return tuple(out)
+
+
+def _on_session(
+    commit: Callable[[WireClient], Awaitable[list[Any]]],
+    owners: dict[int, int],
+    sent_on: list[int],
+) -> Callable[[WireClient], Awaitable[list[Any] | None]]:
+    """*commit*, sent only on the session that must own its ephemeral nodes; the session
+    it was sent on is appended to *sent_on*.
+
+    A client's session never changes (a new session is a new client), and ZooKeeper
+    makes an ephemeral node the node of the session whose connection created it: a multi
+    answered on the owners' session made its nodes theirs. On another session (the
+    lease's expired and the connection has a new one) nothing is sent, and the request
+    returns None: it would create nodes nobody's lease stands for.
+    """
+
+    async def request(client: WireClient) -> list[Any] | None:
+        session = client.session_id
+        if any(owner != session for owner in owners.values()):
+            return None
+        sent_on.append(session)
+        return await commit(client)
+
+    return request

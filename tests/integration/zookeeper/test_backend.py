@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 import coord
-from coord.abc import ChangeKind, Entry
+from coord.abc import ChangeKind, Create, Entry, Update
 from coord.backends.zookeeper import ZooKeeperBackend
 from coord.backends.zookeeper._wire._connection import Connection
 from coord.testing import ZooKeeperServer, drop_key, wait_for_waiters
@@ -251,3 +251,73 @@ async def test_runs_on_trio(zookeeper_url: str) -> None:
             async with a.mutex("trio") as hold:
                 await drop_key(b, hold.key)
                 await anyio.sleep_forever()
+
+
+@pytest.fixture
+async def bare(zookeeper_server: ZooKeeperServer) -> AsyncIterator[ZooKeeperBackend]:
+    """A backend of its own, no client over it (its one lease is the test's)."""
+    hosts = [("127.0.0.1", zookeeper_server.port)]
+    async with ZooKeeperBackend(hosts, namespace=f"t{uuid.uuid4().hex[:12]}") as backend:
+        yield backend
+
+
+async def test_a_claim_shaped_multi_tells_its_new_node_without_reading_it(
+    zookeeper_server: ZooKeeperServer, bare: ZooKeeperBackend
+) -> None:
+    """A multi that sets a node and creates an ephemeral one (a job's claim) answers the
+    new node's entry from the set's stat, with no read after it: its revision is the
+    node's czxid and its lease the node's owner, as the server has them."""
+    lease = await bare.grant(5)
+    job = (await bare.transact([Create("q/", "@j" + uuid.uuid4().hex, b"job")]))[0]  # type: ignore[index]
+    assert job is not None
+    await bare.transact([Create("c/", "@c" + uuid.uuid4().hex, b"", lease)])  # (its parent)
+    reads: list[object] = []
+    read = bare._multi._queues.read
+
+    async def counting(prefix: str, names: Any, *, watch: bool = False) -> Any:
+        reads.append(names)
+        return await read(prefix, names, watch=watch)
+
+    bare._multi._queues.read = counting  # type: ignore[method-assign]
+    try:
+        result = await bare.transact(
+            [Update(job, b"claimed"), Create("c/", "@c" + uuid.uuid4().hex, b"me", lease)]
+        )
+    finally:
+        del bare._multi._queues.read
+    assert result is not None
+    updated, claim = result
+    assert reads == []  # one request: nothing read back
+    assert updated is not None
+    assert claim is not None
+    async with raw_client(zookeeper_server.endpoint) as observer:
+        data, stat = await observer.get_data(bare._paths.path(claim.key))
+        _, job_stat = await observer.get_data(bare._paths.path(job.key))
+    assert (claim.revision, claim.lease, claim.version, claim.value) == (
+        stat.czxid,
+        stat.ephemeralOwner,
+        stat.version,
+        data,
+    )
+    assert claim.lease == lease.id
+    assert updated.version == job_stat.version == 1
+    assert job_stat.mzxid == stat.czxid
+
+
+async def test_a_multi_is_not_sent_on_a_session_its_lease_is_not(
+    bare: ZooKeeperBackend,
+) -> None:
+    """When the connection's session is not the lease's any more (it expired and the
+    connection opened another before the lease heard), a multi creating the lease's
+    nodes is not sent: it would make nodes nobody's lease stands for. It is refused as
+    SessionExpiredError (not done), and nothing is created."""
+    lease = await bare.grant(5)
+    client = await bare._conn.current(5)
+    real = client._session.session_id
+    client._session.session_id = real + 1  # as if the connection had a new session
+    try:
+        with pytest.raises(coord.SessionExpiredError, match="not sent"):
+            await bare.transact([Create("c/", "@c" + uuid.uuid4().hex, b"", lease)])
+    finally:
+        client._session.session_id = real
+    assert (await bare.entries("c/")).entries == ()

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 import anyio
 from anyio.streams.tls import TLSAttribute
 
+from ..._common.tls import open_stream
+
 if TYPE_CHECKING:
     import ssl
     from collections.abc import Awaitable, Callable
@@ -51,15 +53,8 @@ async def dial(
 
     :raises OSError: the connection failed, or the server does not speak HTTP/2 (ALPN)
     """
-    stream: ByteStream
-    if ssl_context is None:
-        stream = await anyio.connect_tcp(host, port)
-    else:
-        # Not "standard compatible": a server that closes without TLS's goodbye ends the
-        # stream as a plain close does, and our close does not wait for its answer.
-        stream = await anyio.connect_tcp(
-            host, port, ssl_context=ssl_context, tls_standard_compatible=False
-        )
+    stream = await open_stream(host, port, ssl_context)
+    if ssl_context is not None:
         if stream.extra(TLSAttribute.alpn_protocol, None) != "h2":
             await anyio.aclose_forcefully(stream)
             raise ConnectionError(f"{host}:{port} does not speak HTTP/2 (ALPN)")

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from ..._common.tls import open_stream
 from ._errors import ProtocolError
 from ._framing import FrameBuffer, decode_connect, encode_connect
 
@@ -50,15 +51,7 @@ async def open_connection(
     :raises OSError: the connection (or the TLS handshake: ``ssl.SSLError``) failed
     :raises ProtocolError: the answer is not a ConnectResponse
     """
-    stream: ByteStream
-    if ssl_context is None:
-        stream = await anyio.connect_tcp(host, port)
-    else:
-        # Not "standard compatible": a server that closes without TLS's goodbye
-        # (close_notify) ends the stream, as a plain close does.
-        stream = await anyio.connect_tcp(
-            host, port, ssl_context=ssl_context, tls_standard_compatible=False
-        )
+    stream = await open_stream(host, port, ssl_context)
     try:
         await stream.send(encode_connect(connect))
         buffer = FrameBuffer()
