@@ -135,7 +135,8 @@ async def claim(
             session.discard(provisional)
 
     try:
-        result = await session.settle(lambda: backend.transact(ops), undo=undo)
+        # Not shielded: a cancelled claim returns at once; undo gives back what it made.
+        result = await session.settle(lambda: backend.transact(ops), undo=undo, shield=False)
     except BackendUnavailable:
         session.discard(provisional)  # it may have happened: make it not count
         return None
