@@ -114,11 +114,21 @@ GROUPS = {
 }
 
 
+#: The words of a fault test's id that name its store (a layout names the store it runs on).
+_FAULT_STORES = {
+    "etcd": "etcd",
+    "zookeeper": "zookeeper",
+    "kazoo": "zookeeper",
+    "curator": "zookeeper",
+}
+
+
 def group_of(nodeid: str) -> str | None:
     """The group of the test *nodeid* (see :data:`GROUPS`), or None."""
     if nodeid.startswith("tests/faults/"):
-        kind = nodeid.rpartition("[")[2].rstrip("]").rpartition("-")[2]
-        return f"faults-{kind}"
+        words = nodeid.rpartition("[")[2].rstrip("]").split("-")
+        store = next((w for w in words if w in _FAULT_STORES), words[-1])
+        return f"faults-{_FAULT_STORES.get(store, store)}"
     for prefix, group in GROUPS.items():
         if nodeid.startswith(prefix):
             return group

@@ -11,9 +11,11 @@ still increase in acquisition order and a hold is still one fence. Only "nothing
 left behind" looks elsewhere: at the peer's keys (``NAME/<lease>``) or nodes (the
 children of ``/NAME``), not at coord's entries (_harness.check_no_keys_left).
 
-Only the cases that matter per layout run, to keep the suite short: a holder SIGKILLed
-(its key or node goes with its lease or session) and a holder SIGSTOPped past its TTL
-(it must be told, and its late write is rejected by the fence).
+Every mutex and election case of test_faults.py runs in each layout: a holder SIGKILLed
+(its key or node goes with its lease or session), a holder SIGSTOPped past its TTL (it
+must be told, and its late write is rejected by the fence), a worker cut off from the
+store past its TTL by a proxy (a partition) and healed, the server SIGKILLed and
+restarted, and the leader of a 3-member cluster or ensemble killed.
 """
 
 from __future__ import annotations
@@ -23,7 +25,16 @@ from typing import TYPE_CHECKING
 import pytest
 
 from ._harness import FaultRun
-from .test_faults import TTL, test_holder_killed, test_holder_paused_past_its_ttl
+from .test_faults import (
+    TTL,
+    cluster,
+    proxy,
+    test_client_cut_off_past_its_ttl,
+    test_cluster_leader_killed,
+    test_holder_killed,
+    test_holder_paused_past_its_ttl,
+    test_server_killed_and_restarted,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -31,12 +42,22 @@ if TYPE_CHECKING:
 
 pytestmark = [pytest.mark.anyio, pytest.mark.faults, pytest.mark.timeout(120)]
 
-__all__ = ["test_holder_killed", "test_holder_paused_past_its_ttl"]
+__all__ = [
+    "cluster",
+    "proxy",
+    "test_client_cut_off_past_its_ttl",
+    "test_cluster_leader_killed",
+    "test_holder_killed",
+    "test_holder_paused_past_its_ttl",
+    "test_server_killed_and_restarted",
+]
 
 STORE_OF = {"etcd": "etcd", "kazoo": "zookeeper", "curator": "zookeeper"}
 CASES = [
     pytest.param(
-        (layout, recipe), marks=getattr(pytest.mark, STORE_OF[layout]), id=f"{layout}-{recipe}"
+        (layout, recipe),
+        marks=getattr(pytest.mark, STORE_OF[layout]),
+        id=f"{layout}-{recipe}-{STORE_OF[layout]}",
     )
     for layout in STORE_OF
     for recipe in ("mutex", "election")
