@@ -1,0 +1,118 @@
+"""``coord lock|elect|leader|status --layout curator`` beside a real Apache Curator peer
+(``tests/integration/zookeeper/curator/CuratorPeer.java``: InterProcessMutex and
+LeaderLatch) on one ZooKeeper."""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import pytest
+
+from ..integration.zookeeper import _curator
+from ._support import Coord, wait_until
+
+if TYPE_CHECKING:
+    import subprocess
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from ..integration.zookeeper._curator import CuratorPeers
+
+pytestmark = [pytest.mark.zookeeper, pytest.mark.timeout(60)]
+
+# The Curator peer's fixtures, registered for these tests.
+curator_classpath = _curator.curator_classpath
+curator_peers = _curator.curator_peers
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def zk_cli(zookeeper_url: str, tmp_path: Path) -> Iterator[Coord]:
+    cli = Coord(zookeeper_url, tmp_path)
+    yield cli
+    cli.close()
+
+
+def _entries(cli: Coord, name: str) -> list[dict[str, Any]]:
+    done = cli.run("status", "--layout", "curator", "--json")
+    assert done.returncode == 0, done.stderr
+    objects = json.loads(done.stdout)["objects"]
+    assert all(o["kind"] == "curator" for o in objects)
+    return [e for o in objects if o["name"] == name for e in o["entries"]]
+
+
+async def _ended(process: subprocess.Popen[str]) -> tuple[str, str]:
+    return await anyio.to_thread.run_sync(partial(process.communicate, timeout=15))
+
+
+async def test_coord_lock_waits_for_curator_and_status_shows_both(
+    zk_cli: Coord, curator_peers: CuratorPeers
+) -> None:
+    """Curator's InterProcessMutex holds ``/job``: ``coord lock --layout curator job``
+    queues behind it and does not run its command; ``coord status`` shows both nodes,
+    Curator's first and holding; when Curator releases, coord runs with its node's fence."""
+    peer = await curator_peers.start(zk_cli.url)
+    await peer.send("lock /job")
+    await peer.expect("locked /job")
+    waiter = zk_cli.start(
+        "lock", "--layout", "curator", "--name", "w", "job", "--", "sh", "-c", 'echo "$COORD_FENCE"'
+    )
+    try:
+        await anyio.to_thread.run_sync(
+            lambda: wait_until(lambda: len(_entries(zk_cli, "job")) == 2, "coord's node")
+        )
+        entries = await anyio.to_thread.run_sync(_entries, zk_cli, "job")
+        assert [e["holding"] for e in entries] == [True, False]
+        assert "-lock-" in entries[0]["key"]
+        assert "-lock-" in entries[1]["key"]
+        assert entries[1]["identity"]["name"] == "w"
+        assert entries[0]["session"] != entries[1]["session"]
+        text = (await anyio.to_thread.run_sync(zk_cli.run, "status", "--layout", "curator")).stdout
+        assert "curator job" in text, text
+        assert f"fence {entries[0]['fence']}" in text, text
+        assert waiter.poll() is None, "coord ran its command while Curator held the lock"
+        await peer.send("unlock /job")
+        await peer.expect("unlocked /job")
+        out, err = await _ended(waiter)
+        assert waiter.returncode == 0, err
+        assert int(out) == entries[1]["fence"]
+    finally:
+        waiter.kill()
+        waiter.communicate()
+
+
+async def test_coord_leader_and_elect_beside_a_curator_latch(
+    zk_cli: Coord, curator_peers: CuratorPeers
+) -> None:
+    """A Curator LeaderLatch leads ``/sched``: ``coord leader --layout curator`` names
+    its id, ``coord elect`` waits as a candidate, and leads once the latch closes."""
+    peer = await curator_peers.start(zk_cli.url)
+    await peer.send("latch /sched curator-leader")
+    await peer.expect("leader /sched curator-leader")
+    shown = await anyio.to_thread.run_sync(
+        zk_cli.run, "leader", "--layout", "curator", "--json", "sched"
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["leader"]["value"] == "curator-leader"
+    candidate = zk_cli.start(
+        "elect", "--layout", "curator", "--value", "py", "sched", "--", "sh", "-c", "echo led"
+    )
+    try:
+        await anyio.to_thread.run_sync(
+            lambda: wait_until(lambda: len(_entries(zk_cli, "sched")) == 2, "coord's candidate")
+        )
+        assert candidate.poll() is None, "coord led while Curator's latch did"
+        await peer.send("unlatch /sched")
+        await peer.expect("unlatched /sched")
+        out, err = await _ended(candidate)
+        assert (candidate.returncode, out) == (0, "led\n"), err
+    finally:
+        candidate.kill()
+        candidate.communicate()
