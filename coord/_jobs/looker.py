@@ -7,20 +7,15 @@ of the client, running while some of its workers wait:
 * **Busy queue.** It claims jobs for the workers waiting, each with its own
   transaction, all at once (:func:`coord._jobs.claim.claim`: the job's header guarded
   by its version as read, the claim entry on the worker's lease); each claimed job goes
-  to the worker that has waited longest. It takes them from a *stock*: the claimable
-  jobs of its last read of the head of the queue (up to 8), so most claims need no read
-  of their own. A stock can be stale — that is safe, since a job claimed, acked or
-  changed meanwhile fails its guard, and the looker reads again when most of a round's
-  claims fail. Reads of the jobs may be served from the store member's applied state
-  (etcd's serializable read), for the same reason. The live claims (which tell a dead
-  worker's job, to be claimed again) are read after the jobs, when nothing is claimable
-  without them, and at least every half second.
-* **Lanes.** Lookers of other clients claim from the same head. Alone, a looker takes
-  the oldest claimable jobs. After a conflict (a job another looker had first) it takes,
-  for two seconds, only the jobs of its own lane: its place among the lookers whose
-  claims it has seen lately (each claim names its looker), a job's lane being a hash of
-  its key. So lookers in contention reach for different jobs, and nobody waits for
-  anybody: claims scale with the workers, up to the store's rate of transactions.
+  to the worker that has waited longest. It takes them from its *stock*
+  (:mod:`coord._jobs.stock`): the claimable jobs of its last read of the head of the
+  queue, so most claims need no read of their own. A stock can be stale — that is safe,
+  since a job claimed, acked or changed meanwhile fails its guard, and the looker reads
+  again when most of a round's claims fail.
+* **Lanes.** Lookers of other clients claim from the same head. After a conflict, each
+  takes for a while only the jobs of its own lane (see the stock), so lookers in
+  contention reach for different jobs, and nobody waits for anybody: claims scale with
+  the workers, up to the store's rate of transactions.
 * **Idle queue.** With nothing claimable, the looker takes a place among the queue's
   idle lookers (``<name>/_idle``, a semaphore of 2 in registration order) and, once it
   is one of the first two, watches the queue: a put (or an ack that frees a key, the
@@ -39,15 +34,10 @@ waiting worker, or is given back (no attempt counted).
 
 from __future__ import annotations
 
-import bisect
 import contextlib
-import json
 import logging
-import random
 import time
-import uuid
 import weakref
-import zlib
 from collections import deque
 from functools import partial
 from typing import TYPE_CHECKING
@@ -55,7 +45,6 @@ from typing import TYPE_CHECKING
 import anyio
 
 from .._core import keys as _keys
-from .._core import retry as _retry
 from .._core.exceptions import (
     BackendError,
     BackendUnavailable,
@@ -65,13 +54,11 @@ from .._core.exceptions import (
 )
 from .._locks.semaphore import Semaphore
 from . import claim as _claiming
-from . import records as _records
 from .endings import lost_attempt, release_soon
 from .records import Job
+from .stock import Stock
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
-
     from .._locks.hold import Hold
     from .._sessions.session import Session, SessionSource
     from ..abc import Backend, Entry, Listing
@@ -83,28 +70,6 @@ _log = logging.getLogger("coord")
 
 #: Idle lookers that watch the queue at once: a put wakes these, and one of them may die.
 IDLE_WATCHERS = 2
-# A look reads this many of the oldest jobs first (then 8x more, ..., then all), so that
-# a long queue whose head is claimable sends one short reply, not every job.
-_FIRST_LOOK = 128
-# A read keeps up to this many claimable jobs in stock (and up to _STOCK_BYTES of their
-# payloads, beyond the jobs the waiting workers need now), claimed by the next rounds
-# without reading again (each claim is guarded by the job's version as read). Reads are
-# what a busy queue costs the store most: etcd sorts by creation only after reading
-# every key of the range, so each read of the head costs it the whole queue (0.5 reads
-# a job took 2.5 ms of etcd's CPU a job with 3,000 jobs queued; a claim, 0.25 ms).
-_STOCK = 64
-_STOCK_BYTES = 1 << 20
-# ... and reads again after this many seconds whatever is left of it, so that no stock
-# outlives a queue emptied and refilled (a name made again may match an old version:
-# see coord.abc.Update).
-_STOCK_FOR = 0.5
-# After a conflict, lookers take jobs of their own lane for this many seconds.
-_CONTENDED_FOR = 2.0
-# A looker whose claims were seen within this many seconds counts (see Looker._share).
-_LOOKERS_FOR = 3.0
-# The live claims are read at least this often (seconds) while jobs are claimable.
-_CLAIMS_EVERY = 0.5
-
 _LOOKERS: weakref.WeakKeyDictionary[SessionSource, dict[str, Looker]] = weakref.WeakKeyDictionary()
 
 
@@ -141,23 +106,14 @@ class Looker:
     def __init__(self, source: SessionSource, name: str) -> None:
         self._source = source
         self._name = name
-        self._jobs = f"{name}/_jobs/"
-        self._claims = f"{name}/_claims/"
+        self._stock = Stock(name)
         self._idle = Semaphore(source, _keys.internal_name(name, "_idle"), IDLE_WATCHERS)
         self._idle._counted = False  # the lookers' turns are not the user's locks
         self._slot: Hold | None = None
         self._waiters: deque[_Waiter] = deque()
         self._running = False
         self._watching: anyio.CancelScope | None = None
-        self._token = uuid.uuid4().hex[:12]  # names this looker's claims (see _share)
-        self._lookers: list[str] = [self._token]  # the lookers seen claiming lately
-        self._seen: dict[str, float] = {}  # looker token -> when last seen (monotonic)
-        self._contended_until = 0.0  # lanes until then (monotonic; see _share)
         self._conflicts = 0  # claims of this round that another client had first
-        self._claims_due = 0.0  # when the claims must be read again (monotonic)
-        self._stock: list[_claiming.Pick] = []  # claimable when last read, oldest first
-        self._stock_session: Session | None = None
-        self._stock_until = 0.0  # the stock is read again after then (monotonic)
         # Workers claim from the stock in their own tasks when nobody waits before them
         # (see _claim_own): the store keys they are claiming, those claimed while the
         # looker read (which the read may show unclaimed), and since the last read, how
@@ -167,18 +123,20 @@ class Looker:
         self._claimed_meanwhile: set[str] = set()
         self._own_claims = self._own_conflicts = 0
         self._claims_ended: anyio.Event | None = None
-        # Per job of the last read that has a key: the next job of that key read (see
-        # _acked), by the store key of the job before it.
-        self._after: dict[str, tuple[Entry, int]] = {}
-        # See _decode: (creation revision, version) -> header and payload, per key.
-        self._decoded: dict[str, tuple[tuple[int, int], _records.State, bytes]] = {}
-        #: Read every outstanding job at each look, to claim the highest priorities
-        #: first: set by a Queue opened with ``priorities=True``, or on reading a job
-        #: with a priority; for the looker's life.
-        self.priorities = False
 
     def __repr__(self) -> str:
         return f"<coord.Looker {self._name!r} waiting={len(self._waiters)}>"
+
+    @property
+    def priorities(self) -> bool:
+        """Whether each look reads every outstanding job, to claim the highest priorities
+        first (set by a Queue opened with ``priorities=True``, or on reading a job with a
+        priority; for the looker's life)."""
+        return self._stock.priorities
+
+    @priorities.setter
+    def priorities(self, value: bool) -> None:
+        self._stock.priorities = value
 
     async def next(self, retry: RetryPolicy) -> Job:
         """The next job for this worker, claimed (nothing is claimed if this is
@@ -249,10 +207,7 @@ class Looker:
         finally:
             self._running = False
             if not self._waiters:
-                # Nobody waits: hold no header cache (up to 4,096 jobs), but keep the
-                # stock (bounded, read again after _STOCK_FOR): a worker that is back
-                # from its job a moment later claims without a read.
-                self._decoded = {}
+                self._stock.forget_headers()
             await self._leave_idle()
             if self._waiters:  # came while it ended
                 self._start()
@@ -266,23 +221,16 @@ class Looker:
     async def _round(self, session: Session) -> None:
         """Claim from the stock of claimable jobs last read; with none left, read the head
         of the queue, and if nothing is claimable there, wait for a change."""
-        backend = session.backend
-        if (
-            not self._stock
-            or self._stock_session is not session
-            or time.monotonic() >= self._stock_until
-        ):
+        stock = self._stock
+        if not stock.fresh(session):
             self._reading, self._claimed_meanwhile = True, set()
             try:
-                jobs, claims = await self._read(session)
+                jobs, claims = await stock.read(session)
             finally:
                 self._reading = False
             self._own_claims = self._own_conflicts = 0
-            live = None if claims is None else {_records.id_of(e.key) for e in claims.entries}
             now = time.time()
-            picks, wake_at = _claiming.choose_many(
-                jobs.entries, live, now, len(jobs.entries), self._decode, priorities=self.priorities
-            )
+            picks, wake_at = stock.choose(jobs, claims, now)
             # Not the jobs workers claim in their own tasks (or claimed during the read,
             # which may predate their claims): claimed twice, they would look contended.
             # Left out once chosen, not before: such a job still holds back its key's
@@ -296,117 +244,36 @@ class Looker:
                 await self._own_claims_ended()
                 return
             if not picks:
-                assert claims is not None  # nothing claimable: the claims were read (_read)
-                await self._wait_idle(backend, jobs, claims, wake_at)
+                assert claims is not None  # nothing claimable: the claims were read
+                await self._wait_idle(session.backend, jobs, claims, wake_at)
                 return
-            self._stock, self._stock_session = self._stocked(self._share(picks)), session
-            self._after = (
-                {}
-                if self.priorities
-                else _successors(
-                    jobs.entries,
-                    self._decode,
-                    busy.union(p.entry.key for p in self._stock if p.entry),
-                )
+            stock.refill(
+                session, jobs, picks, wake_at, now=now, busy=busy, waiting=len(self._waiters)
             )
-            # ... and no longer than until a job read comes due (delayed, or backing off):
-            # it may be older than the stock, and is claimed before it (put order).
-            due = _STOCK_FOR if wake_at is None else min(_STOCK_FOR, max(wake_at - now, 0.0))
-            self._stock_until = time.monotonic() + due
         self._conflicts = 0
-        picks = self._take(len(self._waiters))
-        if self.priorities:
-            self._stock = []  # a job of higher priority may come: each round reads
+        picks = stock.take(len(self._waiters))
         await self._claim_all(session, picks)
         if self._conflicts:
-            self._conflicted(self._conflicts, len(picks))
+            stock.conflicted(self._conflicts, len(picks))
         if self._conflicts < len(picks) or not self._waiters:
             # It claimed: to the back of the idle line, if it must wait again, so that
             # the idle lookers of other clients have their turn (one key's jobs, one at
             # a time, go round the clients instead of to the first two).
             await self._leave_idle()
 
-    def _share(self, picks: list[_claiming.Pick]) -> list[_claiming.Pick]:
-        """This looker's share of the claimable jobs *picks* (oldest first). Without a
-        conflict in the last :data:`_CONTENDED_FOR` seconds, all of them. Else those of its
-        lane, its place among the n lookers whose claims it last read (a job's lane is a
-        hash of its key, modulo n), so that lookers
-        claiming at once reach for different jobs. Alone, that is every job, oldest
-        first. All of them if its share is empty (fewer jobs than lookers)."""
-        lookers = self._lookers
-        if time.monotonic() >= self._contended_until or self.priorities:
-            return picks  # no conflict lately (or priorities first): the oldest first
-        lane, lanes = lookers.index(self._token), len(lookers)
-        mine = [p for p in picks if _lane(p, lanes) == lane]
-        if mine:
-            return mine
-        return sorted(random.sample(picks, min(len(picks), _STOCK)), key=_claiming.rank)
-
-    def _stocked(self, picks: list[_claiming.Pick]) -> list[_claiming.Pick]:
-        """The first of *picks* to keep in stock: as many as the workers waiting now,
-        then more up to :data:`_STOCK` jobs and :data:`_STOCK_BYTES` of payloads."""
-        kept, size = len(self._waiters), 0
-        for pick in picks[kept:_STOCK]:
-            size += len(pick.payload)
-            if size > _STOCK_BYTES:
-                break
-            kept += 1
-        return picks[:kept]
-
-    def _given_back(self) -> None:
-        """A job this looker claimed is given back as it was: it is older than every job
-        of the stock (read while it was claimed), so a lone worker must claim it first
-        (FIFO): the next round reads the head again. Not a checkpoint."""
-        self._stock = []
-
-    def _acked(self, session: Session, key: str) -> None:
-        """The job stored at *key*, claimed by this looker, was acked: the next job of
-        its ordering key, if the last read saw it, is claimable now (unless it is
-        parked, claimed, backing off or in another looker's lane). Into the stock, in
-        its place by age, so that a key's jobs go on without a read of the head of the
-        queue each (on etcd that costs the store the whole queue). Not a checkpoint."""
-        after = self._after.pop(key, None)
-        if (
-            after is None
-            or session is not self._stock_session
-            or time.monotonic() >= self._stock_until
-            or self.priorities
-        ):
-            return
-        picks, _ = _claiming.choose_many([after[0]], None, time.time(), 1, self._decode)
-        if picks and self._share(picks) == picks:
-            picks[0].order = after[1]  # its place in the read: among the stock by age
-            bisect.insort(self._stock, picks[0], key=_claiming.rank)
-
-    def _seen_lookers(self, claims: Listing) -> None:
-        """Note the lookers that hold claims now (their token is in the claim's value);
-        those seen within :data:`_LOOKERS_FOR` seconds count."""
-        now = time.monotonic()
-        seen = self._seen
-        seen[self._token] = now
-        for entry in claims.entries:
-            with contextlib.suppress(ValueError, AttributeError):
-                token = json.loads(entry.value).get("looker")
-                if isinstance(token, str):
-                    seen[token] = now
-        for token in [t for t, at in seen.items() if at < now - _LOOKERS_FOR]:
-            del seen[token]
-        self._lookers = sorted(seen)
-
     def _pick(self) -> tuple[Session, _claiming.Pick] | None:
         """The oldest job of a fresh stock and the session it was read on, for a worker to
         claim in its own task; None while the looker reads (or with no fresh stock)."""
-        session = self._stock_session
+        session = self._stock.session
         if (
-            not self._stock
-            or self._reading
+            self._reading
             or session is None
             or session.lost
             or not session.running
-            or time.monotonic() >= self._stock_until
+            or not self._stock.fresh(session)
         ):
             return None
-        return session, self._stock.pop(0)
+        return session, self._stock.picks.pop(0)
 
     async def _claim_own(
         self, session: Session, pick: _claiming.Pick, retry: RetryPolicy
@@ -433,7 +300,7 @@ class Looker:
         self._own_claims += 1
         if job is None:
             self._own_conflicts += 1
-            self._conflicted(self._own_conflicts, self._own_claims)
+            self._stock.conflicted(self._own_conflicts, self._own_claims)
         return job
 
     async def _own_claims_ended(self) -> None:
@@ -442,19 +309,6 @@ class Looker:
             if self._claims_ended is None:
                 self._claims_ended = anyio.Event()
             await self._claims_ended.wait()
-
-    def _conflicted(self, conflicts: int, claims: int) -> None:
-        """Another looker had some of *claims* (*conflicts* of them): learn who claims
-        (its lane may be new), and read again if the stock was mostly taken meanwhile."""
-        self._claims_due = 0.0
-        self._contended_until = time.monotonic() + _CONTENDED_FOR
-        if conflicts * 2 > claims:
-            self._stock = []
-
-    def _take(self, wanted: int) -> list[_claiming.Pick]:
-        """Take the oldest *wanted* picks out of the stock."""
-        taken, self._stock = self._stock[:wanted], self._stock[wanted:]
-        return taken
 
     async def _wait_idle(
         self, backend: Backend, jobs: Listing, claims: Listing, wake_at: float | None
@@ -467,59 +321,12 @@ class Looker:
         with anyio.CancelScope() as self._watching:
             if self._waiters:
                 await _claiming.wait_for_change(
-                    backend, (self._jobs, jobs), (self._claims, claims), wake_at
+                    backend,
+                    (self._stock.jobs_prefix, jobs),
+                    (self._stock.claims_prefix, claims),
+                    wake_at,
                 )
         self._watching = None
-
-    async def _read(self, session: Session) -> tuple[Listing, Listing | None]:
-        """The oldest jobs (more if none of them is claimable), and the live claims when
-        they are needed: when no job is claimable unless some claim it names is dead, and
-        at least every :data:`_CLAIMS_EVERY` seconds (so that the job of a dead worker is
-        found while others are claimable). Without them every claim a job names is taken
-        to be live, which is safe: its job is only passed over for now."""
-        backend = session.backend
-        limit: int | None = None if self.priorities else _FIRST_LOOK
-        for attempt in _retry.attempts():
-            try:
-                jobs = await backend.entries(self._jobs, limit=limit, stale_ok=True)
-                read = {e.key for e in jobs.entries}
-                self._decoded = {k: v for k, v in self._decoded.items() if k in read}
-                claims = None
-                now = time.monotonic()
-                if now >= self._claims_due or not self._any_claimable(jobs, None):
-                    # Read after the jobs: a claim made after the jobs were read fails
-                    # its guard; one deleted after this read is seen by a watch from it.
-                    claims = await backend.entries(self._claims)
-                    self._claims_due = now + _CLAIMS_EVERY
-                    self._seen_lookers(claims)
-            except BackendUnavailable:
-                await _retry.backoff(attempt)
-                continue
-            if limit is not None and any(_records.has_priority(e) for e in jobs.entries):
-                self.priorities, limit = True, None  # a job with a priority: read all
-                continue
-            if claims is not None and limit is not None and len(jobs.entries) >= limit:
-                if not self._any_claimable(jobs, claims):  # none among the oldest: further
-                    limit = limit * 8 if limit < _FIRST_LOOK * 64 else None
-                    continue
-            return jobs, claims
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _any_claimable(self, jobs: Listing, claims: Listing | None) -> bool:
-        live = None if claims is None else {_records.id_of(e.key) for e in claims.entries}
-        return bool(_claiming.choose_many(jobs.entries, live, time.time(), 1, self._decode)[0])
-
-    def _decode(self, entry: Entry) -> tuple[_records.State, bytes]:
-        """:func:`coord._jobs.records.decode`, remembered per key, creation and version
-        (a name made again may start again at an old version: see
-        :class:`coord.abc.Update`): the head of a busy queue is read again and again,
-        mostly unchanged. Only the jobs of the latest read are kept (see :meth:`_read`)."""
-        known = self._decoded.get(entry.key)
-        if known is not None and known[0] == (entry.revision, entry.version):
-            return known[1], known[2]
-        state, payload = _records.decode(entry)
-        self._decoded[entry.key] = ((entry.revision, entry.version), state, payload)
-        return state, payload
 
     async def _claim_all(self, session: Session, picks: list[_claiming.Pick]) -> None:
         """Claim each of *picks* at once, each for the worker that has waited longest."""
@@ -572,8 +379,8 @@ class Looker:
                 with contextlib.suppress(BackendUnavailable):
                     await backend.transact(ops)
                 return None
-        identity = {**self._source.identity, "looker": self._token}
-        got = await _claiming.claim(session, self._name, self._claims, pick, identity)
+        identity = {**self._source.identity, "looker": self._stock.token}
+        got = await _claiming.claim(session, self._name, self._stock.claims_prefix, pick, identity)
         if got is None:
             return None
         hold, entry = got
@@ -581,8 +388,8 @@ class Looker:
             _abandon(hold, entry, pick)
             return None
         job = Job(hold, entry, pick.state.with_(claim=None), pick.payload)
-        job._acked = partial(self._acked, session, pick.entry.key)
-        job._given_back = self._given_back
+        job._acked = partial(self._stock.acked, session, pick.entry.key)
+        job._given_back = self._stock.drop
         return job
 
     def _pass_on(self, job: Job, retry: RetryPolicy) -> None:
@@ -596,7 +403,7 @@ class Looker:
         hold = job._hold
         hold._finish()
         release_soon(hold.session, job._entry, job._state, job.payload, hold.entry)
-        self._given_back()
+        self._stock.drop()
 
     # -- the idle lookers -------------------------------------------------------------------
 
@@ -618,38 +425,6 @@ class Looker:
             return
         with anyio.CancelScope(shield=True), contextlib.suppress(LockLost, BackendError):
             await self._idle.release()
-
-
-def _successors(
-    jobs: Sequence[Entry],
-    decode: Callable[[Entry], tuple[_records.State, bytes]],
-    stocked: set[str],
-) -> dict[str, tuple[Entry, int]]:
-    """For each of *jobs* (oldest first) that has an ordering key and that this looker
-    may ack (claimed, or in its stock: store keys *stocked*), the next of them with that
-    key and its place among *jobs*, by the store key of the one before. Only those: a
-    read may be the whole queue, and an idle looker keeps this (payloads and all)."""
-    last: dict[str, tuple[str, bool]] = {}
-    after: dict[str, tuple[Entry, int]] = {}
-    for order, entry in enumerate(jobs):
-        state = decode(entry)[0]
-        if state.key is not None:
-            before = last.get(state.key)
-            if before is not None and before[1]:
-                after[before[0]] = entry, order
-            last[state.key] = entry.key, state.claim is not None or entry.key in stocked
-    return after
-
-
-def _lane(pick: _claiming.Pick, lanes: int) -> int:
-    """A job's lane: a hash of its ordering key, so that one looker takes every job of a
-    key while lookers contend (a key's next job is claimable only after its ack, and it
-    is that looker that learns of the ack first: see Looker._acked); of its store key
-    for a job without one."""
-    assert pick.entry is not None
-    assert pick.state is not None
-    key = pick.state.key if pick.state.key is not None else pick.entry.key
-    return zlib.crc32(key.encode()) % lanes
 
 
 def _abandon(hold: Hold, entry: Entry, pick: _claiming.Pick) -> None:

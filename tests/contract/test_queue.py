@@ -455,5 +455,5 @@ async def test_a_looker_with_nobody_waiting_holds_no_job(clients: list[coord.Cli
     with anyio.fail_after(5):
         while looker._running:  # noqa: ASYNC110 (its task ends once nobody waits)
             await anyio.sleep(0.01)
-    assert looker._decoded == {}
-    assert looker._stock == []
+    assert looker._stock._decoded == {}
+    assert looker._stock.picks == []

@@ -16,6 +16,7 @@ import pytest
 import coord
 from coord._jobs import commit
 from coord._jobs import looker as _looker
+from coord._jobs import stock as _stock
 from coord.abc import Remove, Update
 
 if TYPE_CHECKING:
@@ -202,7 +203,7 @@ async def test_a_lost_session_that_acked_is_not_kept(clients: list[coord.Client]
 async def test_an_idle_looker_holds_no_more_than_its_stock_of_payloads(
     clients: list[coord.Client],
 ) -> None:
-    """The looker keeps the next job of a key for the jobs it may ack (Looker._after),
+    """The looker keeps the next job of a key for the jobs it may ack (Stock._after),
     not every job of its last read: a long queue of one key, each job 16 KiB, and the
     looker holds no more payloads than its stock may (1 MiB) once nobody waits."""
     a = clients[0]
@@ -215,5 +216,5 @@ async def test_an_idle_looker_holds_no_more_than_its_stock_of_payloads(
     [held] = [
         looker for looker in _looker._LOOKERS[a._source].values() if looker._name.endswith("held")
     ]
-    payloads = sum(len(entry.value) for entry, _ in held._after.values())
-    assert payloads <= _looker._STOCK_BYTES, f"{payloads} bytes of payloads held"
+    payloads = sum(len(entry.value) for entry, _ in held._stock._after.values())
+    assert payloads <= _stock.STOCK_BYTES, f"{payloads} bytes of payloads held"
