@@ -53,15 +53,19 @@ class Coord:
         self._started.append(process)
         return process
 
-    def status(self, prefix: str = "") -> list[dict[str, Any]]:
-        done = self.run("status", "--json", prefix)
+    def status(self, prefix: str = "", *, layout: str = "coord") -> list[dict[str, Any]]:
+        done = self.run("status", "--layout", layout, "--json", prefix)
         assert done.returncode == 0, done.stderr
         objects: list[dict[str, Any]] = json.loads(done.stdout)["objects"]
         return objects
 
-    def entries(self, name: str) -> list[dict[str, Any]]:
-        """The entries of lock *name* as ``coord status --json`` shows them."""
-        found = [o for o in self.status(name) if o["name"] == name]
+    def entries(self, name: str, *, layout: str = "coord") -> list[dict[str, Any]]:
+        """The entries of lock *name* as ``coord status --json`` shows them (in *layout*:
+        a peer layout's objects are all of its kind)."""
+        objects = self.status(layout=layout)
+        if layout != "coord":
+            assert all(o["kind"] == layout for o in objects), objects
+        found = [o for o in objects if o["name"] == name]
         return found[0]["entries"] if found else []
 
     def close(self) -> None:

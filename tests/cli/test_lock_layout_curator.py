@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 import pytest
@@ -40,14 +40,6 @@ def zk_cli(zookeeper_url: str, tmp_path: Path) -> Iterator[Coord]:
     cli.close()
 
 
-def _entries(cli: Coord, name: str) -> list[dict[str, Any]]:
-    done = cli.run("status", "--layout", "curator", "--json")
-    assert done.returncode == 0, done.stderr
-    objects = json.loads(done.stdout)["objects"]
-    assert all(o["kind"] == "curator" for o in objects)
-    return [e for o in objects if o["name"] == name for e in o["entries"]]
-
-
 async def _ended(process: subprocess.Popen[str]) -> tuple[str, str]:
     return await anyio.to_thread.run_sync(partial(process.communicate, timeout=15))
 
@@ -66,9 +58,11 @@ async def test_coord_lock_waits_for_curator_and_status_shows_both(
     )
     try:
         await anyio.to_thread.run_sync(
-            lambda: wait_until(lambda: len(_entries(zk_cli, "job")) == 2, "coord's node")
+            lambda: wait_until(
+                lambda: len(zk_cli.entries("job", layout="curator")) == 2, "coord's node"
+            )
         )
-        entries = await anyio.to_thread.run_sync(_entries, zk_cli, "job")
+        entries = await anyio.to_thread.run_sync(partial(zk_cli.entries, "job", layout="curator"))
         assert [e["holding"] for e in entries] == [True, False]
         assert "-lock-" in entries[0]["key"]
         assert "-lock-" in entries[1]["key"]
@@ -106,7 +100,9 @@ async def test_coord_leader_and_elect_beside_a_curator_latch(
     )
     try:
         await anyio.to_thread.run_sync(
-            lambda: wait_until(lambda: len(_entries(zk_cli, "sched")) == 2, "coord's candidate")
+            lambda: wait_until(
+                lambda: len(zk_cli.entries("sched", layout="curator")) == 2, "coord's candidate"
+            )
         )
         assert candidate.poll() is None, "coord led while Curator's latch did"
         await peer.send("unlatch /sched")

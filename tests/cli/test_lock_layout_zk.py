@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -55,14 +55,6 @@ def _ask(peer: subprocess.Popen[str], line: str = "") -> str:
     return peer.stdout.readline().strip()
 
 
-def _entries(cli: Coord, name: str) -> list[dict[str, Any]]:
-    done = cli.run("status", "--layout", "kazoo", "--json")
-    assert done.returncode == 0, done.stderr
-    objects = json.loads(done.stdout)["objects"]
-    assert all(o["kind"] == "kazoo" for o in objects)
-    return [e for o in objects if o["name"] == name for e in o["entries"]]
-
-
 def test_coord_lock_waits_for_kazoo_and_status_shows_both(
     zk_cli: Coord, kazoo: subprocess.Popen[str]
 ) -> None:
@@ -72,8 +64,10 @@ def test_coord_lock_waits_for_kazoo_and_status_shows_both(
         "lock", "--layout", "kazoo", "--name", "w", "job", "--", "sh", "-c", 'echo "$COORD_FENCE"'
     )
     try:
-        wait_until(lambda: len(_entries(zk_cli, "job")) == 2, "coord's node beside kazoo's")
-        entries = _entries(zk_cli, "job")
+        wait_until(
+            lambda: len(zk_cli.entries("job", layout="kazoo")) == 2, "coord's node beside kazoo's"
+        )
+        entries = zk_cli.entries("job", layout="kazoo")
         assert [e["holding"] for e in entries] == [True, False]
         assert (entries[0]["value"], entries[0]["identity"]) == ("kazoo-worker", {})
         assert entries[1]["identity"]["name"] == "w"
@@ -101,7 +95,9 @@ def test_coord_leader_and_elect_beside_kazoo(zk_cli: Coord, kazoo: subprocess.Po
         "elect", "--layout", "kazoo", "--value", "py", "sched", "--", "sh", "-c", "echo led"
     )
     try:
-        wait_until(lambda: len(_entries(zk_cli, "sched")) == 2, "coord's candidate node")
+        wait_until(
+            lambda: len(zk_cli.entries("sched", layout="kazoo")) == 2, "coord's candidate node"
+        )
         assert candidate.poll() is None, "coord led while kazoo did"
         assert _ask(kazoo, "unlock") == "unlocked"
         out, err = candidate.communicate(timeout=10)
