@@ -11,11 +11,13 @@ ends a wait early (cancellation, an error) deletes the key in a task of the sess
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._core.exceptions import BackendUnavailable, EntryGoneError, SessionExpiredError
 from ..abc import Position
 from .hold import Hold
+from .wait_queue import await_turn
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -66,26 +68,7 @@ async def _queue(
         hold = hold_type(name, session, Position(entry, (), entry.revision))
     except (SessionExpiredError, EntryGoneError):
         return None
-    try:
-        try:
-            with hold._waiting():
-                await until(session, hold, entry)
-        finally:
-            hold._scope = None
-    except EntryGoneError:
-        hold._key_gone()
-    except SessionExpiredError:
-        session.declare_lost("the store refused a request on the session's lease")
-    except BaseException:
-        hold._finish()
-        session.discard(entry)
-        raise
-    if hold._gone or session.lost:
-        hold._finish()
-        session.discard(entry)
-        return None
-    hold._grant()
-    return hold
+    return await await_turn(session, hold, entry, partial(until, session, hold, entry))
 
 
 async def retried(session: Session, func: Callable[[], Awaitable[Any]]) -> Any:

@@ -29,12 +29,12 @@ from .._core.exceptions import BackendUnavailable, EntryGoneError, LockedError, 
 from .hold import Hold
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Awaitable, Callable, Sequence
 
     from .._sessions.session import Session, SessionSource
-    from ..abc import Position
+    from ..abc import Entry, Position
 
-__all__ = ["EXCLUSIVE", "Rule", "try_turn", "wait_turn"]
+__all__ = ["EXCLUSIVE", "Rule", "await_turn", "try_turn", "wait_turn"]
 
 H = TypeVar("H", bound=Hold)
 
@@ -130,10 +130,22 @@ async def _queue(
         hold = hold_type(name, session, position)
     except (SessionExpiredError, EntryGoneError):
         return None  # the session is lost (the next one, if any), or the key went
+    return await await_turn(
+        session, hold, position.entry, partial(_until_turn, session, hold, position, rule, check)
+    )
+
+
+async def await_turn(
+    session: Session, hold: H, entry: Entry, until: Callable[[], Awaitable[None]]
+) -> H | None:
+    """Wait for *hold*'s turn with ``await until()``, the hold cancellable as it waits
+    (lost session, key gone), then grant it; None if the key or the session went
+    meanwhile: then nothing is held, and *entry* is deleted (as when cancelled, which is
+    re-raised)."""
     try:
         try:
             with hold._waiting():
-                await _until_turn(session, hold, position, rule, check)
+                await until()
         finally:
             hold._scope = None
     except EntryGoneError:
@@ -142,11 +154,11 @@ async def _queue(
         session.declare_lost("the store refused a request on the session's lease")
     except BaseException:
         hold._finish()
-        session.discard(position.entry)
+        session.discard(entry)
         raise
     if hold._gone or session.lost:
         hold._finish()
-        session.discard(position.entry)
+        session.discard(entry)
         return None
     hold._grant()
     return hold
