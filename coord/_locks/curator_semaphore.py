@@ -29,7 +29,7 @@ from functools import partial
 from typing import TYPE_CHECKING, TypeVar
 
 from .._core.exceptions import EntryGoneError, LockedError, SessionExpiredError
-from .._sessions.identity import Waiter
+from .._sessions.identity import Waiter, parse_identity
 from ..abc import Position
 from .node_layouts import CURATOR_LEASE, layout_side
 from .node_turn import NodeHold, create_node, node_contenders, node_turn
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from ..abc import Backend, Entry
     from .hold import Hold
 
-__all__ = ["LEASES", "LOCKS", "lease_turn", "lease_waiters"]
+__all__ = ["LEASES", "LOCKS", "lease_contenders", "lease_turn", "lease_waiters"]
 
 H = TypeVar("H", bound=NodeHold)
 
@@ -164,14 +164,18 @@ async def _try_lease(
     return hold
 
 
-async def lease_waiters(backend: Backend, *, prefix: str, limit: int | None) -> list[Waiter]:
-    """The leases in creation order, then the contenders queued on the ``locks`` mutex.
+async def lease_contenders(
+    backend: Backend, *, prefix: str, limit: int | None
+) -> tuple[list[tuple[Entry, bool]], int | None]:
+    """The leases in creation order, then the contenders queued on the ``locks`` mutex,
+    each with whether it holds; and the limit counted by.
 
-    All leases hold but the newest, which waits if they number more than *limit* (None,
-    unknown: if the ``locks`` mutex's holder is of the same session and older, so that it
-    made that lease and still waits on it). A snapshot: a contender between its grant and
-    its release of the mutex shows as a waiter. A checkpoint; one listing per node, one
-    read per node listed.
+    All leases hold but the newest, which waits if they number more than the limit
+    (*limit*; None: the largest that coord's lease nodes record; if none does, the
+    newest waits if the ``locks`` mutex's holder is of its session and older: it made
+    that lease and waits on it). A snapshot: a contender between its grant and its
+    release of the mutex shows as a waiter. A checkpoint; one listing per node, one read
+    per node listed.
     """
     children = await backend.child_names(prefix + LEASES)
     leases = [
@@ -179,17 +183,25 @@ async def lease_waiters(backend: Backend, *, prefix: str, limit: int | None) -> 
         for child in CURATOR_LEASE.order(children.names)
         if (entry := await backend.get(prefix + LEASES + child)) is not None
     ]
+    if limit is None:
+        limits = [parse_identity(e.value).get("limit") for e in leases]
+        limit = max((n for n in limits if isinstance(n, int)), default=None)
     queued, _ = await node_contenders(backend, prefix + LOCKS, _MUTEX)
     head = queued[0][0] if queued else None
     if limit is not None:
         waits = len(children.names) > limit
     else:
         waits = head is not None and bool(leases) and _made_by(leases[-1], head)
-    found = [Waiter._of(e, not (waits and e is leases[-1]), raw_fence=True) for e in leases]
+    found = [(e, not (waits and e is leases[-1])) for e in leases]
     if waits:
-        queued = queued[1:]  # the lock's holder is the lease that waits
-    found += [Waiter._of(entry, False, raw_fence=True) for entry, _ in queued]
-    return found
+        queued = queued[1:]  # the mutex's holder is the lease that waits
+    return found + [(entry, False) for entry, _ in queued], limit
+
+
+async def lease_waiters(backend: Backend, *, prefix: str, limit: int) -> list[Waiter]:
+    """:meth:`coord.Semaphore.waiters` in Curator's layout (fence: the czxid)."""
+    found, _ = await lease_contenders(backend, prefix=prefix, limit=limit)
+    return [Waiter._of(entry, holding, raw_fence=True) for entry, holding in found]
 
 
 def _made_by(lease: Entry, lock: Entry) -> bool:

@@ -12,6 +12,7 @@ import anyio
 import pytest
 
 import coord
+from coord.cli import _snapshot
 
 from ._kazoo import wait_children, zk_path
 from ._support import raw_client
@@ -117,6 +118,9 @@ async def test_semaphore_leases_limit_and_handover(
                 await children_until(a, "s/locks", lambda n: n == 1)
                 waiters = await a.semaphore("s", 2).waiters()
                 assert [w.holding for w in waiters] == [True, True, False]
+                shown = (await _snapshot.read(a, "", layout="curator")).objects
+                assert [(o["name"], o["limit"]) for o in shown] == [("s", 2)]  # not s/locks
+                assert [e["key"] for e in shown[0]["entries"]] == [w.key for w in waiters]
                 assert not got["c"].is_set()
                 release["b"].set()  # any lease that goes lets it in
                 await got["c"].wait()

@@ -13,6 +13,7 @@ import anyio
 import pytest
 
 import coord
+from coord.cli import _snapshot
 
 from .._peer import Peer
 
@@ -172,6 +173,11 @@ async def test_cancelled_coord_waiter_leaves_nothing(
             await children_until(client, "c/leases", lambda n: n == 2)  # now Curator's
             await children_until(client, "c/locks", lambda n: n == 1)
             await c2.expect_none("lease /c", within=WAIT)
+            # Curator's leases record no limit: the newest, made by the holder of
+            # c/locks, is the one that waits.
+            [shown] = (await _snapshot.read(client, "", layout="curator")).objects
+            assert (shown["name"], "limit" in shown) == ("c", False)
+            assert [e["holding"] for e in shown["entries"]] == [True, False]
             await c1.send("unsemaphore /c")
             await c2.expect("lease /c")
             await children_until(client, "c/locks", lambda n: n == 0)
