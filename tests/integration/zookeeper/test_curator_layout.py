@@ -13,6 +13,7 @@ import pytest
 
 import coord
 from coord.cli import _snapshot
+from coord.testing import expire_session
 
 from ._kazoo import wait_children, zk_path
 from ._support import raw_client
@@ -164,3 +165,32 @@ async def test_semaphore_cancelled_waiters_leave_nothing(zookeeper_url: str) -> 
                     await b.semaphore("c", 1).try_acquire()
                 await children_until(a, "c/leases", lambda n: n == 1)
                 assert [w.key for w in await a.semaphore("c", 1).waiters()] == [mine.key]
+
+
+async def test_semaphore_lost_session(zookeeper_url: str) -> None:
+    """A session that expires: the holder's body is cancelled and LockLost raised; the
+    waiter of the same client (on the leases, holding x/locks) starts over on the next
+    session and gets the lease its old session's nodes held."""
+    with anyio.fail_after(20):
+        async with connect(zookeeper_url) as a:
+            first = a.session
+            got: list[coord.Hold] = []
+
+            async def holder() -> None:
+                with pytest.raises(coord.LockLost):
+                    async with a.semaphore("x", 1):
+                        await anyio.sleep_forever()
+
+            async def waiter() -> None:
+                async with a.semaphore("x", 1) as hold:
+                    got.append(hold)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(holder)
+                await children_until(a, "x/leases", lambda n: n == 1)
+                tg.start_soon(waiter)
+                await children_until(a, "x/leases", lambda n: n == 2)
+                await expire_session(a)
+            assert got[0].session is not first
+            await children_until(a, "x/leases", lambda n: n == 0)
+            await children_until(a, "x/locks", lambda n: n == 0)
