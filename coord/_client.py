@@ -43,7 +43,7 @@ __all__ = ["Client", "ClientStatistics", "connect"]
 
 _EXTRAS = {"etcd": "etcd", "zk": "zookeeper", "memory": ""}
 # The layouts with a read-write lock, a semaphore (the others: coord's, when defaulted).
-_HAS = {"rwlock": ("kazoo", "curator"), "semaphore": ()}
+_HAS = {"rwlock": ("kazoo", "curator"), "semaphore": ("curator",)}
 
 
 @dataclass(frozen=True)
@@ -220,8 +220,10 @@ class Client(AsyncResource):
         """A :class:`coord.Semaphore` called *name*: at most *limit* holders at once.
         Not a checkpoint.
 
-        :param layout: ``"coord"``; None: the client's, if it has a semaphore, else
-            coord's (etcd's Go package and kazoo's layout have none)
+        :param layout: ``"coord"`` or ``"curator"`` (Curator's
+            ``InterProcessSemaphoreV2``: see :class:`coord.Semaphore`); None: the
+            client's, if it has a semaphore, else coord's (etcd's Go package and kazoo's
+            layout have none)
         :raises ConfigurationError: for a bad *name* or *limit*, or a layout without a
             semaphore
         """

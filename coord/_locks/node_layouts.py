@@ -36,7 +36,7 @@ from .._core.exceptions import ConfigurationError, EntryGoneError
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-__all__ = ["LAYOUTS", "Side", "layout_side"]
+__all__ = ["CURATOR_LEASE", "LAYOUTS", "Side", "layout_side"]
 
 
 @dataclass(frozen=True)
@@ -157,6 +157,12 @@ _SIDES: dict[str, dict[str, Side]] = {
 
 #: The layouts of this module, and whether their parents are containers.
 LAYOUTS = {"kazoo": False, "curator": True}
+
+#: The lease nodes of Curator's ``InterProcessSemaphoreV2`` (``_c_<uuid>-lease-<seq>``
+#: under ``<path>/leases``): their names, and their order (by sequence) for status
+#: views. Who holds a lease is counted, not waited for: its blocker is not the rule
+#: (see :mod:`coord._locks.curator_semaphore`).
+CURATOR_LEASE = _curator("lease-", ("lease-",))
 
 
 def layout_side(layout: str, kind: str) -> Side:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from ..abc import Backend
     from .node_layouts import Side
 
-__all__ = ["NodeHold", "node_contenders", "node_turn", "node_waiters"]
+__all__ = ["NodeHold", "create_node", "node_contenders", "node_turn", "node_waiters"]
 
 H = TypeVar("H", bound="NodeHold")
 
@@ -68,7 +68,7 @@ async def node_turn(
         return await _try(await source.live(), name, prefix, side, value, hold_type)
 
     async def make(session: Session) -> Entry:
-        return await _create(session, prefix, side, value)
+        return await create_node(session, prefix, side, value)
 
     async def until(session: Session, hold: Hold, entry: Entry) -> None:
         await _until_turn(session, hold, prefix, side, entry)
@@ -76,7 +76,9 @@ async def node_turn(
     return await turn_on_sessions(source, name, hold_type, make, until)
 
 
-async def _create(session: Session, prefix: str, side: Side, value: Callable[[], bytes]) -> Entry:
+async def create_node(
+    session: Session, prefix: str, side: Side, value: Callable[[], bytes]
+) -> Entry:
     """My node, made in a task of the session (``settle``): if this caller goes before
     the answer, the node it made, or one a lost reply may have made (found by its GUID),
     is deleted then. A create with no answer is tried again under a new GUID while the
@@ -138,7 +140,7 @@ async def _try(
 ) -> H:
     """Kazoo's ``acquire(blocking=False)``: my node; unless its turn has come, it is
     deleted again."""
-    entry = await _create(session, prefix, side, value)
+    entry = await create_node(session, prefix, side, value)
     try:
         children = await session.backend.child_names(prefix)
         blocker = side.blocker(children.names, entry.key[len(prefix) :])

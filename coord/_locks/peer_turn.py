@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from .._sessions.session import Session, SessionSource
     from ..abc import Entry
 
-__all__ = ["retried", "turn_on_sessions"]
+__all__ = ["queue_on", "retried", "turn_on_sessions"]
 
 H = TypeVar("H", bound=Hold)
 
@@ -44,7 +44,7 @@ async def turn_on_sessions(
     """
     while True:
         session = await source.live()
-        hold = await _queue(session, name, hold_type, make, until)
+        hold = await queue_on(session, name, hold_type, make, until)
         if hold is not None:
             return hold
         if not source.renews:
@@ -54,7 +54,7 @@ async def turn_on_sessions(
             )
 
 
-async def _queue(
+async def queue_on(
     session: Session,
     name: str,
     hold_type: type[H],

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
     from .._sessions.session import SessionSource
     from ..abc import Entry, Position
+    from .node_layouts import Side
 
 __all__ = ["TaskLock"]
 
@@ -87,7 +88,7 @@ class TaskLock:
         backend = source.backend
         self._layout = check_layout(layout, backend.layouts, type(backend).__name__)
         # The peer's side of this recipe (refused at the call if the peer has none).
-        self._side = layout_side(layout, self._kind) if layout in NODE_LAYOUTS else None
+        self._side = self._peer_side(layout) if layout in NODE_LAYOUTS else None
         if layout == "etcd" and self._kind not in ("mutex", "election"):
             raise ConfigurationError(f"the 'etcd' layout has no {self._kind} (use layout='coord')")
         self._source = source
@@ -122,6 +123,11 @@ class TaskLock:
     _kind = "mutex"
     #: Whether its acquires count in the client's statistics (not a queue's own turns).
     _counted = True
+
+    def _peer_side(self, layout: str) -> Side:
+        """The side of kazoo's or Curator's *layout* that this recipe is (ConfigurationError
+        at the call if the peer has none)."""
+        return layout_side(layout, self._kind)
 
     def _value(self) -> bytes:
         """The value of my waiter key: who I am (and what the recipe needs to record)."""

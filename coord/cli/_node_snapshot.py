@@ -6,14 +6,18 @@ A walk from the prefix's node: a node whose children are a layout's contenders
 ``__READ__``, ``__WRIT__``) is shown with them, in the peer's order, each with whether it
 holds by the peer's rule, its node, its fence (czxid), its session (ephemeralOwner) and
 its data (a coord client's identity, or the peer's identifier, id or IP address); the
-walk goes on below the other children. The kind of each object is the layout's name.
+walk goes on below the other children. A node whose ``leases`` child holds
+``_c_<uuid>-lease-<seq>`` nodes is Curator's ``InterProcessSemaphoreV2``: shown with its
+leases, then the waiters on its ``locks`` mutex (not as a mutex of its own). The kind of
+each object is the layout's name.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from coord._locks.node_layouts import layout_side
+from coord._locks.curator_semaphore import LEASES, LOCKS, lease_contenders
+from coord._locks.node_layouts import CURATOR_LEASE, layout_side
 from coord._locks.node_turn import node_contenders
 from coord._sessions.identity import parse_identity
 
@@ -63,10 +67,16 @@ async def read_nodes(
             side = _side(layout, children.names)
             if side is not None and name:
                 objects.append(await _object(backend, name, side))
+            semaphore = None
+            if layout == "curator" and side is None and name and "leases" in children.names:
+                semaphore = await _semaphore(backend, name, revisions)
+                if semaphore is not None:
+                    objects.append(semaphore)
             below += [
                 f"{name}/{child}" if name else child
                 for child in children.names
                 if side is None or not _is_contender(side, child)
+                if semaphore is None or child not in ("leases", "locks")
                 if name or child != "zookeeper"
             ]
         level = sorted(below)
@@ -77,6 +87,24 @@ async def _object(backend: Any, name: str, side: Side) -> dict[str, Any]:
     found, _ = await node_contenders(backend, name + "/", side)
     entries = [_entry(side, entry, holding) for entry, holding in found]
     return {"name": name, "kind": side.layout, "entries": entries}
+
+
+async def _semaphore(backend: Any, name: str, revisions: dict[str, int]) -> dict[str, Any] | None:
+    """Curator's ``InterProcessSemaphoreV2`` at *name*, if ``leases`` holds its leases:
+    the leases, then the waiters on its ``locks`` mutex (its limit if a coord client's
+    lease records it: Curator's record none). The revisions of both nodes' listings go
+    to *revisions* (to watch from)."""
+    leases = await backend.child_names(name + "/" + LEASES)
+    if not any(_is_contender(CURATOR_LEASE, child) for child in leases.names):
+        return None
+    revisions[name + "/leases"] = leases.revision
+    revisions[name + "/locks"] = (await backend.child_names(name + "/" + LOCKS)).revision
+    found, limit = await lease_contenders(backend, prefix=name + "/", limit=None)
+    entries = [_entry(CURATOR_LEASE, entry, holding) for entry, holding in found]
+    found_object: dict[str, Any] = {"name": name, "kind": "curator", "entries": entries}
+    if limit is not None:
+        found_object["limit"] = limit
+    return found_object
 
 
 def _entry(side: Side, entry: coord.abc.Entry, holding: bool) -> dict[str, Any]:

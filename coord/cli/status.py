@@ -75,7 +75,9 @@ def status(store: Store, prefix: str, as_json: bool, watch: bool, layout: str) -
         no identity but a value (an election's candidate), "value";
       kazoo, curator (with --layout kazoo|curator): "entries" in the peer's order,
         each also with "session" (hex), "value" as for etcd, and "mode" in a
-        read-write lock; the fence is the node's czxid.
+        read-write lock; the fence is the node's czxid. A Curator semaphore
+        (InterProcessSemaphoreV2) lists its leases, then the waiters on its "locks"
+        mutex, and has "limit" if a coord client's lease records it.
     """
     run(lambda _: _status(store, prefix, as_json=as_json, watch=watch, layout=layout))
 

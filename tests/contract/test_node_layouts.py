@@ -35,6 +35,8 @@ async def test_refused_where_not_spoken(coord_url: str) -> None:
             client.mutex("a", layout="kazoo")
         with pytest.raises(coord.ConfigurationError, match="curator"):
             client.election("a", layout="curator")
+        with pytest.raises(coord.ConfigurationError, match="curator"):
+            client.semaphore("a", 2, layout="curator")  # (at the call: nothing sent)
 
 
 async def test_sequential_nodes(coord_url: str) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from coord import ConfigurationError
 from coord._core.exceptions import EntryGoneError
-from coord._locks.node_layouts import layout_side
+from coord._locks.node_layouts import CURATOR_LEASE, layout_side
 
 K_LOCK, K_READ = "c" * 32 + "__lock__", "d" * 32 + "__rlock__"
 
@@ -72,3 +72,12 @@ def test_refused_recipes() -> None:
         layout_side("kazoo", "semaphore")
     with pytest.raises(ConfigurationError, match="no semaphore"):
         layout_side("curator", "semaphore")
+
+
+def test_curator_lease_nodes() -> None:
+    """InterProcessSemaphoreV2's leases: protected ``lease-`` nodes, in sequence order
+    (for status views: who holds is counted, see curator_semaphore)."""
+    name = CURATOR_LEASE.node_name()
+    assert re.fullmatch(r"_c_[0-9a-f-]{36}-lease-", name)
+    a, b = "_c_ffff-lease-0000000001", "_c_0000-lease-0000000002"
+    assert CURATOR_LEASE.order([b, a]) == [a, b]
