@@ -102,22 +102,26 @@ def sequence(node: str) -> int:
 async def test_mutex_excludes_both_ways(
     curator_peers: CuratorPeers, zookeeper_server: ZooKeeperServer, zookeeper_url: str
 ) -> None:
-    """Curator holds: coord waits, queued behind Curator's node, until it unlocks; then
-    coord holds and Curator waits, until coord releases."""
+    """Curator holds: coord's try_acquire is refused (and leaves no node), its acquire
+    waits, queued behind Curator's node, until Curator unlocks; then coord holds and
+    Curator waits, until coord releases. (A nested name: both make the parents.)"""
     with anyio.fail_after(18):
         java = await curator_peers.start(zookeeper_url, session_timeout=SESSION)
         async with connect(zookeeper_url) as client, anyio.create_task_group() as tg:
-            await java.send("lock /m")
-            theirs = node_of(await java.expect("locked /m"))
-            first = Holder(client.mutex("m"))
+            await java.send("lock /orders/m")
+            theirs = node_of(await java.expect("locked /orders/m"))
+            with pytest.raises(coord.LockedError):
+                await client.mutex("orders/m").try_acquire()
+            assert (await client.backend.child_names("orders/m/")).names == (theirs,)
+            first = Holder(client.mutex("orders/m"))
             tg.start_soon(first.run)
-            await wait_children(client, "m", 2)
+            await wait_children(client, "orders/m", 2)
             await first.not_granted()
-            waiters = await client.mutex("m").waiters()
+            waiters = await client.mutex("orders/m").waiters()
             assert [w.holding for w in waiters] == [True, False]
-            assert waiters[0].key == f"m/{theirs}"
-            await java.send("unlock /m")
-            await java.expect("unlocked /m")
+            assert waiters[0].key == f"orders/m/{theirs}"
+            await java.send("unlock /orders/m")
+            await java.expect("unlocked /orders/m")
             with anyio.fail_after(5):
                 await first.granted.wait()
             assert first.hold is not None
@@ -128,15 +132,15 @@ async def test_mutex_excludes_both_ways(
                 _, stat = await zk.get_data(zk_path(zookeeper_url, first.hold.key))
             assert first.hold.fence == stat.czxid
 
-            await java.send("lock /m")  # coord holds: Curator waits
-            await wait_children(client, "m", 2)
-            await java.expect_none("locked /m", within=WAIT)
+            await java.send("lock /orders/m")  # coord holds: Curator waits
+            await wait_children(client, "orders/m", 2)
+            await java.expect_none("locked /orders/m", within=WAIT)
             await first.let_go()
-            second = node_of(await java.expect("locked /m"))
+            second = node_of(await java.expect("locked /orders/m"))
             assert sequence(second) > sequence(ours)
-            assert (await client.backend.child_names("m/")).names == (second,)
-            await java.send("unlock /m")
-            await java.expect("unlocked /m")
+            assert (await client.backend.child_names("orders/m/")).names == (second,)
+            await java.send("unlock /orders/m")
+            await java.expect("unlocked /orders/m")
 
 
 async def test_fifo_coord_curator_coord(curator_peers: CuratorPeers, zookeeper_url: str) -> None:
@@ -255,20 +259,45 @@ async def leader_of(java: CuratorPeer, path: str, kind: str = "latch") -> str:
     return (await java.expect(f"leader-of {path}")).split(" ", 2)[2]
 
 
+class Observer:
+    """coord's ``observe()`` of an election, in a task: the leaders' values it yields."""
+
+    def __init__(self, election: coord.Election) -> None:
+        self.election = election
+        self.seen: list[bytes | None] = []
+        self._changed = anyio.Event()
+
+    async def run(self) -> None:
+        async for leader in self.election.observe():
+            self.seen.append(None if leader is None else leader.value)
+            self._changed.set()
+            self._changed = anyio.Event()
+
+    async def until(self, value: bytes | None) -> None:
+        """Until the last leader yielded has *value*."""
+        with anyio.fail_after(5):
+            while self.seen[-1:] != [value]:
+                await self._changed.wait()
+
+
 async def test_latch_leadership_moves_both_ways(
     curator_peers: CuratorPeers, zookeeper_url: str
 ) -> None:
     """A LeaderLatch leads: it is coord's leader() (its id as the value) and coord's
-    candidate waits; on unlatch coord leads, and getLeader() says so; a new latch waits
-    for coord to resign."""
+    candidate waits; on unlatch coord leads, and getLeader() says so (and reads what
+    coord proclaims); a new latch waits for coord to resign. observe() follows it all."""
     with anyio.fail_after(18):
         java = await curator_peers.start(zookeeper_url, session_timeout=SESSION)
         async with connect(zookeeper_url) as client, anyio.create_task_group() as tg:
             election = client.election("e")
             assert await election.leader() is None
             assert await leader_of(java, "/e") == "NONE"
+            observer = Observer(election)
+            tg.start_soon(observer.run)
+            await observer.until(None)
             await java.send("latch /e java-1")
             await java.expect("leader /e java-1")
+            await observer.until(b"java-1")
             leader = await election.leader()
             assert leader is not None
             assert leader.value == b"java-1"
@@ -288,17 +317,26 @@ async def test_latch_leadership_moves_both_ways(
             assert leader is not None
             assert candidate.hold is not None
             assert (leader.key, leader.value) == (candidate.hold.key, b"coord-1")
+            assert isinstance(candidate.hold, coord.Term)
+            await observer.until(b"coord-1")
+            await candidate.hold.proclaim(b"coord-2")  # Curator reads the node's data
+            assert await leader_of(java, "/e") == "coord-2"
+            await observer.until(b"coord-2")
 
             await java.send("latch /e java-2")
             await wait_children(client, "e", 2)
             await java.expect_none("leader /e", within=WAIT)
             await candidate.let_go()  # resigns
             await java.expect("leader /e java-2")
+            await observer.until(b"java-2")
             leader = await election.leader()
             assert leader is not None
             assert leader.value == b"java-2"
             await java.send("unlatch /e")
             await java.expect("unlatched /e")
+            await observer.until(None)
+            assert observer.seen == [None, b"java-1", b"coord-1", b"coord-2", b"java-2", None]
+            tg.cancel_scope.cancel()
 
 
 async def test_selector_is_the_mutex(curator_peers: CuratorPeers, zookeeper_url: str) -> None:
