@@ -243,15 +243,29 @@ async def test_rwlock_across_coord_and_curator(
                 await late.granted.wait()
             await late.let_go()
 
-            await java.send("read /rw")  # and coord's reader lets a Curator reader in
-            await java.expect("read-locked /rw")
-            again = Holder(rw.read)
+            again = Holder(rw.read)  # coord reads: a Curator reader shares
             tg.start_soon(again.run)
             with anyio.fail_after(5):
                 await again.granted.wait()
+            await java.send("read /rw")
+            await java.expect("read-locked /rw")
             await java.send("unread /rw")
             await java.expect("read-unlocked /rw")
+
+            await java.send("write /rw")  # a Curator writer queues behind coord's reader,
+            await wait_children(client, "rw", 2)
+            barger = Holder(rw.read)  # and a later coord reader waits for that writer
+            tg.start_soon(barger.run)
+            await wait_children(client, "rw", 3)
+            await barger.not_granted()
             await again.let_go()
+            await java.expect("write-locked /rw")
+            await barger.not_granted()
+            await java.send("unwrite /rw")
+            await java.expect("write-unlocked /rw")
+            with anyio.fail_after(5):
+                await barger.granted.wait()
+            await barger.let_go()
 
 
 async def leader_of(java: CuratorPeer, path: str, kind: str = "latch") -> str:
