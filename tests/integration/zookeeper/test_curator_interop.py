@@ -382,17 +382,33 @@ async def test_selector_is_the_mutex(curator_peers: CuratorPeers, zookeeper_url:
             await java.expect("unselected /s")
 
 
+#: The two recipes of the SIGKILL tests: (the peer's command to take it and its answer,
+#: coord's side of it on the name ``k``).
+KILLED = {
+    "mutex": ("lock /k", "locked /k"),
+    "election": ("latch /k java", "leader /k java"),
+}
+
+
+def coord_side(client: coord.Client, kind: str) -> AbstractAsyncContextManager[coord.Hold]:
+    if kind == "mutex":
+        return client.mutex("k")
+    return client.election("k").campaign(b"coord")
+
+
+@pytest.mark.parametrize("kind", list(KILLED))
 async def test_killed_curator_holder_passes_to_coord(
-    curator_peers: CuratorPeers, zookeeper_url: str
+    curator_peers: CuratorPeers, zookeeper_url: str, kind: str
 ) -> None:
-    """A SIGKILLed Curator holder's node lives until its session times out; then coord's
-    waiter holds."""
+    """A SIGKILLed Curator holder's node (or leading latch's) lives until its session
+    times out; then coord's waiter holds (or leads)."""
+    take, taken = KILLED[kind]
     with anyio.fail_after(18):
         java = await curator_peers.start(zookeeper_url, session_timeout=SESSION)
         async with connect(zookeeper_url) as client, anyio.create_task_group() as tg:
-            await java.send("lock /k")
-            await java.expect("locked /k")
-            waiter = Holder(client.mutex("k"))
+            await java.send(take)
+            await java.expect(taken)
+            waiter = Holder(coord_side(client, kind))
             tg.start_soon(waiter.run)
             await wait_children(client, "k", 2)
             killed = anyio.current_time()
@@ -405,13 +421,18 @@ async def test_killed_curator_holder_passes_to_coord(
 
 
 #: A coord holder in a process of its own (so that it can be SIGKILLed): connects with
-#: ``layout="curator"`` and *ttl* to *url*, holds *name*, prints ``held <key>``.
+#: ``layout="curator"`` and *ttl* to *url*, holds the mutex ``k`` (or leads the election
+#: ``k``), prints ``held <key>``.
 HOLDER = """
 import sys, anyio, coord
 
-async def main(url, ttl, name):
+async def main(url, ttl, kind):
     async with coord.connect(url, ttl=float(ttl), layout="curator") as client:
-        async with client.mutex(name) as hold:
+        if kind == "mutex":
+            held = client.mutex("k")
+        else:
+            held = client.election("k").campaign(b"coord")
+        async with held as hold:
             print("held", hold.key, flush=True)
             await anyio.sleep_forever()
 
@@ -419,12 +440,14 @@ anyio.run(main, *sys.argv[1:])
 """
 
 
+@pytest.mark.parametrize("kind", list(KILLED))
 async def test_killed_coord_holder_passes_to_curator(
-    curator_peers: CuratorPeers, zookeeper_url: str
+    curator_peers: CuratorPeers, zookeeper_url: str, kind: str
 ) -> None:
-    """A SIGKILLed coord holder's node lives until its session (the TTL) ends; then the
-    Curator waiter locks."""
-    argv = [sys.executable, "-c", HOLDER, zookeeper_url, str(TTL), "k"]
+    """A SIGKILLed coord holder's node (or leader's) lives until its session (the TTL)
+    ends; then the Curator waiter locks (or its latch leads)."""
+    take, taken = KILLED[kind]
+    argv = [sys.executable, "-c", HOLDER, zookeeper_url, str(TTL), kind]
     with anyio.fail_after(18):
         java = await curator_peers.start(zookeeper_url, session_timeout=SESSION)
         async with (
@@ -433,14 +456,15 @@ async def test_killed_coord_holder_passes_to_curator(
         ):
             holder = Peer(process)
             key = (await holder.line()).split()[1]
-            await java.send("lock /k")
+            await java.send(take)
             names = await wait_children(client, "k", 2)
             assert key.rpartition("/")[2] in names
+            await java.expect_none(taken, within=0.2)
             killed = anyio.current_time()
             holder.kill()
-            await java.expect("locked /k", timeout=TTL + 6)
+            await java.expect(taken, timeout=TTL + 6)
             waited = anyio.current_time() - killed
-            assert waited > TTL / 2, f"Curator locked {waited:.2f} s after the kill"
+            assert waited > TTL / 2, f"Curator took it {waited:.2f} s after the kill"
 
 
 async def test_cancelled_coord_waiter_leaves_no_node(
