@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import re
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
@@ -23,7 +23,7 @@ import coord
 
 from .._peer import Peer
 from ._kazoo import wait_children, zk_path
-from ._support import raw_client
+from ._support import backend_of, raw_client
 
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
@@ -504,3 +504,40 @@ async def test_cancelled_coord_waiter_leaves_no_node(
             await b.expect_none("locked /c", within=0.2)
             await a.send("unlock /c")
             await b.expect("locked /c")
+
+
+async def test_release_after_a_revoke_write(
+    curator_peers: CuratorPeers,
+    zookeeper_server: ZooKeeperServer,
+    zookeeper_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Curator's ``Revoker.attemptRevoke`` writes ``__REVOKE__`` into a holder's node
+    (``locks/Revoker.java``): coord's holder ignores it, and a release whose delete
+    meets that write (between its read of the node and its delete) still deletes the
+    node, so that the Curator waiter behind it locks."""
+    with anyio.fail_after(18):
+        java = await curator_peers.start(zookeeper_url, session_timeout=SESSION)
+        async with connect(zookeeper_url) as client, raw_client(zookeeper_server.endpoint) as zk:
+            mutex = client.mutex("r")
+            hold = await mutex.acquire()
+            path = zk_path(zookeeper_url, hold.key)
+            await java.send("lock /r")
+            await wait_children(client, "r", 2)
+            await zk.set_data(path, b"__REVOKE__")  # Revoker.attemptRevoke
+            await java.expect_none("locked /r", within=0.2)
+            assert not hold.lost
+
+            conn = backend_of(client)._queues._conn
+            call = conn.call
+
+            async def revoked_first(what: str, request: Any, *, retry: bool = False) -> Any:
+                if what == "delete":
+                    monkeypatch.setattr(conn, "call", call)
+                    await zk.set_data(path, b"__REVOKE__")  # again, just before the delete
+                return await call(what, request, retry=retry)
+
+            monkeypatch.setattr(conn, "call", revoked_first)
+            await mutex.release()
+            await java.expect("locked /r")
+            assert len((await client.backend.child_names("r/")).names) == 1
