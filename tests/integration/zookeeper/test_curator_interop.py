@@ -2,12 +2,14 @@
 Java peer of ``curator/CuratorPeer.java`` (Debian's Curator 5.4, driven by
 ``_curator.py``) on one lock, read-write lock or election of the suite's ZooKeeper, in
 both directions: exclusion, FIFO across the two, leadership, a holder SIGKILLed on
-either side, a cancelled coord waiter. The chroot of ``zookeeper_url`` is the peer's
-namespace, so coord's ``m`` is the peer's ``/m``.
+either side, a cancelled coord waiter, a revocation write into coord's node. The chroot
+of ``zookeeper_url`` is the peer's namespace, so coord's ``m`` is the peer's ``/m``.
+No sleep synchronizes: each step waits for the peer's line or for the children of the
+lock's node (by watch); a grant that must not happen is watched for a bounded time.
 
 Read against apache/curator ``curator-recipes/.../locks/LockInternals.java``,
 ``StandardLockInternalsDriver.java``, ``InterProcessReadWriteLock.java``,
-``leader/LeaderLatch.java`` and ``leader/LeaderSelector.java``."""
+``Revoker.java``, ``leader/LeaderLatch.java`` and ``leader/LeaderSelector.java``."""
 
 from __future__ import annotations
 
