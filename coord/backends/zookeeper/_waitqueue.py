@@ -63,6 +63,9 @@ _RELISTS = 10
 _READS = 256
 # Creates whose reply was lost and whose node was not found: try again this many times.
 _CREATE_ATTEMPTS = 3
+# Deletes of one node refused because it was written meanwhile: read it and try again this
+# many times (then a BackendError: the session's delete retries with backoff).
+_DELETE_ATTEMPTS = 5
 #: A waiter registered with this many waiter nodes ahead of it in the queue's own node
 #: is moved into its shard (see the module's docstring).
 SHARD_AFTER = 256
@@ -612,15 +615,21 @@ class WaitQueues:
 
     async def _delete_same(self, path: str, czxid: int) -> bool:
         # A plain key can be deleted and created again under the same name: compare the
-        # creation zxid, then delete only that version.
-        stat = await self._conn.call("exists", lambda c: c.exists(path), retry=True)
-        if stat is None or stat.czxid != czxid:
-            return False
-        try:
-            await self._conn.call("delete", lambda c: c.delete(path, stat.version))
-        except (kz.NoNodeError, kz.BadVersionError):
-            return False
-        return True
+        # creation zxid, then delete only that version. A write in between (a Curator
+        # Revoker's "__REVOKE__" in a peer layout's node: locks/Revoker.java) leaves the
+        # same node with a newer version: read it again, never report it gone.
+        for _ in range(_DELETE_ATTEMPTS):
+            stat = await self._conn.call("exists", lambda c: c.exists(path), retry=True)
+            if stat is None or stat.czxid != czxid:
+                return False
+            try:
+                await self._conn.call("delete", methodcaller("delete", path, stat.version))
+            except kz.NoNodeError:
+                return False
+            except kz.BadVersionError:
+                continue
+            return True
+        raise BackendError(f"ZooKeeper delete {path}: its data keeps changing")
 
 
 def _tickets_before(children: list[str], sequence: int | None) -> int:

@@ -1,7 +1,7 @@
 """The Curator layout on ZooKeeper, between coord clients: the nodes Curator's recipes
-make (protected names, the id as a latch's data), FIFO, the
-and what is refused. Against a real Curator peer: see
-``test_curator_peer.py`` (needs the Java peer of ``curator/CuratorPeer.java``)."""
+make (protected names, the id as a latch's data), FIFO, and what is refused. Against
+real Curator (the Java peer of ``curator/CuratorPeer.java``): see
+``test_curator_interop.py``."""
 
 from __future__ import annotations
 
