@@ -245,7 +245,7 @@ class Client(AsyncResource):
         """The client's layout for *recipe*, where its peer has one; else coord's."""
         return self._layout if self._layout in _HAS.get(recipe, ()) else "coord"
 
-    def election(self, name: str, *, layout: str | None = None) -> Election:
+    def election(self, name: str, *, layout: str | None = None, selector: bool = False) -> Election:
         """A :class:`coord.Election` called *name* on this client's sessions. Not a
         checkpoint.
 
@@ -253,9 +253,16 @@ class Client(AsyncResource):
             ``etcdctl elect`` takes it), ``"kazoo"`` (kazoo's ``Election``) or
             ``"curator"`` (Curator's ``LeaderLatch``): see :class:`coord.Election`;
             None: the client's
-        :raises ConfigurationError: if *name* or *layout* is not valid
+        :param selector: with the ``"curator"`` layout, Curator's ``LeaderSelector``
+        :raises ConfigurationError: if *name* or *layout* is not valid, or *selector* is
+            given in another layout
         """
-        return Election(self._source, name, layout=self._layout if layout is None else layout)
+        return Election(
+            self._source,
+            name,
+            layout=self._layout if layout is None else layout,
+            selector=selector,
+        )
 
     def group(self, name: str) -> Group:
         """A :class:`coord.Group` called *name* on this client's sessions: join it, list

@@ -22,7 +22,7 @@ import anyio
 
 from .._core import keys as _keys
 from .._core import retry as _retry
-from .._core.checks import check_layout, check_size, check_supervisor
+from .._core.checks import check_bool, check_layout, check_size, check_supervisor
 from .._core.exceptions import (
     BackendError,
     BackendUnavailable,
@@ -52,6 +52,7 @@ from .leader import (
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
 
+    from .._locks.node_layouts import Side
     from .._sessions.session import SessionSource
 
 __all__ = ["Campaign", "Election", "Term"]
@@ -170,10 +171,21 @@ class Campaign(TaskLock):
     _node_hold_type = NodeTerm
 
     def __init__(
-        self, source: SessionSource, name: str, value: bytes, *, layout: str = "coord"
+        self,
+        source: SessionSource,
+        name: str,
+        value: bytes,
+        *,
+        layout: str = "coord",
+        selector: bool = False,
     ) -> None:
+        self._selector = selector  # (before the side is chosen, in TaskLock's __init__)
         super().__init__(source, name, layout=layout)
         self._campaign_value = value
+
+    def _peer_side(self, layout: str) -> Side:
+        # Curator's LeaderSelector is an InterProcessMutex whose node holds the id.
+        return layout_side(layout, "mutex" if self._selector else "election")
 
     def __repr__(self) -> str:
         return f"<coord.Election.campaign {self._name!r} value={self._campaign_value!r}>"
@@ -222,17 +234,35 @@ class Election:
     kazoo decodes every contender's data as UTF-8, so its layout takes only UTF-8
     values.
 
+    **Curator's LeaderSelector** (``layout="curator", selector=True``): a candidate is
+    a node of the ``InterProcessMutex`` a ``LeaderSelector`` takes
+    (``leader/LeaderSelector.java``: ``NAME/_c_<uuid>-lock-<seq>``, the id set with
+    ``setId`` as data, raw); the holder of that mutex leads, as
+    ``LeaderSelector.getLeader()`` reads it. A Java service's ``LeaderLatch`` and
+    ``LeaderSelector`` do not share leadership with each other either: take the one it
+    uses.
+
     :param session: where the candidate keys' lease comes from
     :param name: slash-separated name
     :param layout: ``"coord"`` (the default), ``"etcd"``, ``"kazoo"`` or ``"curator"``
+    :param selector: in the ``"curator"`` layout, Curator's ``LeaderSelector`` instead
+        of its ``LeaderLatch``
     :raises ConfigurationError: for a bad name, an unknown layout, or one the store
-        does not speak
+        does not speak; *selector* in another layout than ``"curator"``
     """
 
-    def __init__(self, session: SessionSource, name: str, *, layout: str = "coord") -> None:
+    def __init__(
+        self, session: SessionSource, name: str, *, layout: str = "coord", selector: bool = False
+    ) -> None:
         backend = session.backend
         self._layout = check_layout(layout, backend.layouts, type(backend).__name__)
-        self._side = layout_side(layout, "election") if layout in NODE_LAYOUTS else None
+        if check_bool(selector, "selector") and layout != "curator":
+            raise ConfigurationError(
+                f"selector=True is Curator's LeaderSelector: layout='curator' only, not {layout!r}"
+            )
+        self._selector = selector
+        kind = "mutex" if selector else "election"
+        self._side = layout_side(layout, kind) if layout in NODE_LAYOUTS else None
         self._source = session
         self._name = _keys.check_name(name)
         self._prefix = _keys.prefix_of(name)
@@ -248,7 +278,8 @@ class Election:
 
     def __repr__(self) -> str:
         layout = "" if self._layout == "coord" else f" layout={self._layout!r}"
-        return f"<coord.Election {self._name!r}{layout}>"
+        selector = " selector=True" if self._selector else ""
+        return f"<coord.Election {self._name!r}{layout}{selector}>"
 
     def campaign(self, value: bytes) -> Campaign:
         """Campaign with *value*: ``async with election.campaign(value) as term:``.
@@ -267,7 +298,13 @@ class Election:
         :raises ConfigurationError: if *value* is larger than the store takes
             (``backend.max_value_size``), at the call
         """
-        return Campaign(self._source, self._name, self._check_value(value), layout=self._layout)
+        return Campaign(
+            self._source,
+            self._name,
+            self._check_value(value),
+            layout=self._layout,
+            selector=self._selector,
+        )
 
     @property
     def max_value_size(self) -> int:

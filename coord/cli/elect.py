@@ -28,6 +28,13 @@ if TYPE_CHECKING:
 
 __all__ = ["elect", "leader"]
 
+SELECTOR = click.option(
+    "--selector",
+    is_flag=True,
+    help="With --layout curator: Curator's LeaderSelector (its InterProcessMutex on NAME) "
+    "instead of its LeaderLatch.",
+)
+
 
 @click.command(cls=WrapsCommand)
 @click.argument("name", callback=NAME)
@@ -39,6 +46,7 @@ __all__ = ["elect", "leader"]
 )
 @GRACE
 @LAYOUT
+@SELECTOR
 @store_options
 def elect(
     store: Store,
@@ -47,6 +55,7 @@ def elect(
     value: str | None,
     grace: float,
     layout: str,
+    selector: bool,
 ) -> None:
     """Run CMD only while this process leads the election NAME.
 
@@ -63,7 +72,11 @@ def elect(
     Example, on every node of a pool:
         coord elect --value "$(hostname)" scheduler -- ./run-scheduler
     """
-    run(lambda interrupt: _elect(store, name, command, value, grace, interrupt, layout))
+    run(
+        lambda interrupt: _elect(
+            store, name, command, value, grace, interrupt, layout, selector=selector
+        )
+    )
 
 
 async def _elect(
@@ -74,9 +87,11 @@ async def _elect(
     grace: float,
     interrupt: Interrupt,
     layout: str = "coord",
+    *,
+    selector: bool = False,
 ) -> int:
     async with store.connect() as client:
-        election = client.election(name, layout=layout)
+        election = client.election(name, layout=layout, selector=selector)
         payload = (value or json.dumps(client.identity)).encode()
         while True:
             campaign = election.campaign(payload)
@@ -104,8 +119,11 @@ async def _campaigning(election: coord.Election) -> str:
 @click.option("--watch", is_flag=True, help="Follow every change until Ctrl-C.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @LAYOUT
+@SELECTOR
 @read_options
-def leader(store: Store, name: str, watch: bool, as_json: bool, layout: str) -> None:
+def leader(
+    store: Store, name: str, watch: bool, as_json: bool, layout: str, selector: bool
+) -> None:
     """Show who leads the election NAME: its value and term fence.
 
     Exits 1 if nobody leads (without --watch). With --watch, prints the leader, then a
@@ -114,14 +132,24 @@ def leader(store: Store, name: str, watch: bool, as_json: bool, layout: str) -> 
     "fence", "identity", "since"}}: value as text, identity the leader's host, pid and
     --identity name, since when it campaigned (Unix seconds; null if unknown).
     """
-    run(lambda _: _leader(store, name, watch=watch, as_json=as_json, layout=layout))
+    run(
+        lambda _: _leader(
+            store, name, watch=watch, as_json=as_json, layout=layout, selector=selector
+        )
+    )
 
 
 async def _leader(
-    store: Store, name: str, *, watch: bool, as_json: bool, layout: str = "coord"
+    store: Store,
+    name: str,
+    *,
+    watch: bool,
+    as_json: bool,
+    layout: str = "coord",
+    selector: bool = False,
 ) -> int:
     async with store.connect() as client:
-        election = client.election(name, layout=layout)
+        election = client.election(name, layout=layout, selector=selector)
         if not watch:
             now = await election.leader()
             _print(name, now, as_json)

@@ -112,3 +112,41 @@ async def test_coord_leader_and_elect_beside_a_curator_latch(
     finally:
         candidate.kill()
         candidate.communicate()
+
+
+async def test_coord_leader_and_elect_with_a_curator_leader_selector(
+    zk_cli: Coord, curator_peers: CuratorPeers
+) -> None:
+    """``--selector``: a Curator LeaderSelector leads ``/pool``; ``coord leader`` names its
+    id, ``coord elect`` waits on its mutex and leads once the selector's term ends."""
+    peer = await curator_peers.start(zk_cli.url)
+    await peer.send("selector /pool java-sel")
+    await peer.expect("selected /pool java-sel")
+    shown = await anyio.to_thread.run_sync(
+        zk_cli.run, "leader", "--layout", "curator", "--selector", "--json", "pool"
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["leader"]["value"] == "java-sel"
+    candidate = zk_cli.start(
+        "elect", "--layout", "curator", "--selector", "--value", "py", "pool", "--", "echo", "led"
+    )
+    try:
+        await anyio.to_thread.run_sync(
+            lambda: wait_until(
+                lambda: len(zk_cli.entries("pool", layout="curator")) == 2, "coord's candidate"
+            )
+        )
+        assert candidate.poll() is None, "coord led while Curator's selector did"
+        await peer.send("unselect /pool")
+        await peer.expect("unselected /pool")
+        out, err = await _ended(candidate)
+        assert (candidate.returncode, out) == (0, "led\n"), err
+    finally:
+        candidate.kill()
+        candidate.communicate()
+
+
+def test_selector_outside_the_curator_layout_is_refused(zk_cli: Coord) -> None:
+    done = zk_cli.run("leader", "--layout", "kazoo", "--selector", "pool")
+    assert done.returncode != 0
+    assert "layout='curator' only" in done.stderr, done.stderr

@@ -384,6 +384,64 @@ async def test_selector_is_the_mutex(curator_peers: CuratorPeers, zookeeper_url:
             await java.expect("unselected /s")
 
 
+async def test_selector_leadership_moves_both_ways(
+    curator_peers: CuratorPeers, zookeeper_url: str
+) -> None:
+    """``election(name, selector=True)`` takes part in a LeaderSelector's election: the
+    selected Java peer is coord's ``leader()`` (its id as the value); coord's candidate
+    waits, leads once the selector's term ends, and is then what
+    ``LeaderSelector.getLeader()`` reports (the campaign value as the id); a new
+    selector waits until coord resigns. A latch's ``leader()`` on the same name reads
+    what Java's ``LeaderLatch.getLeader()`` reads there."""
+    with anyio.fail_after(18):
+        java = await curator_peers.start(zookeeper_url, session_timeout=SESSION)
+        async with connect(zookeeper_url) as client, anyio.create_task_group() as tg:
+            election = client.election("sel", selector=True)
+            await java.send("selector /sel java-1")
+            await java.expect("selected /sel java-1")
+            leader = await election.leader()
+            assert leader is not None
+            assert leader.value == b"java-1"
+            # A latch's getLeader() reads every child of the path: as Java's does.
+            latch = await client.election("sel").leader()
+            assert latch is not None
+            assert latch.value.decode() == await leader_of(java, "/sel", "latch") == "java-1"
+            term = Holder(election.campaign(b"py-1"))
+            tg.start_soon(term.run)
+            await wait_children(client, "sel", 2)
+            await term.not_granted()
+            await java.send("unselect /sel")
+            await java.expect("unselected /sel")
+            with anyio.fail_after(5):
+                await term.granted.wait()
+            assert term.hold is not None
+            assert re.fullmatch(r"sel/_c_[0-9a-f-]{36}-lock-\d{10}", term.hold.key)
+            assert await leader_of(java, "/sel", "selector") == "py-1"
+            leader = await election.leader()
+            assert leader is not None
+            assert (leader.value, leader.fence) == (b"py-1", term.hold.fence)
+
+            await java.send("selector /sel java-2")
+            await wait_children(client, "sel", 2)
+            await java.expect_none("selected /sel", within=WAIT)
+            await term.let_go()
+            await java.expect("selected /sel java-2")
+            leader = await election.leader()
+            assert leader is not None
+            assert leader.value == b"java-2"
+            await java.send("unselect /sel")
+            await java.expect("unselected /sel")
+
+
+async def test_selector_is_curator_only(zookeeper_url: str) -> None:
+    async with connect(zookeeper_url) as client:
+        with pytest.raises(coord.ConfigurationError, match="layout='curator' only"):
+            client.election("x", layout="kazoo", selector=True)
+        with pytest.raises(TypeError):
+            client.election("x", selector="yes")  # type: ignore[arg-type]
+        assert "selector=True" in repr(client.election("x", selector=True))
+
+
 #: The two recipes of the SIGKILL tests: (the peer's command to take it and its answer,
 #: coord's side of it on the name ``k``).
 KILLED = {
