@@ -343,7 +343,7 @@ class EtcdBackend(Backend):
             mine = [entry.key] if handed is not None and entry is not None else []
             late = wait.pending <= 0 and wait.newest > revision
             if late and not wait.woken:
-                if await self._any_gone([*keys, *mine]):
+                if await self._any_gone([*keys, *mine], revision):
                     return None
                 mine = []  # read after the creation: a deletion since is the watch's
             while not wait.woken:
@@ -351,7 +351,7 @@ class EtcdBackend(Backend):
             # Woken as its creation was answered (one turn of the reader can take both):
             # the read above was skipped, and a proof needs it for my key.
             if late and mine and handed is not None and handed.proof:
-                if await self._any_gone(mine):
+                if await self._any_gone(mine, revision):
                     return None
         finally:
             for guard in guards:
@@ -387,14 +387,20 @@ class EtcdBackend(Backend):
             return None
         return self._watches.hand_over(ahead, key, on_change=wake, on_created=on_created)
 
-    async def _any_gone(self, keys: Sequence[str]) -> bool:
-        """Whether one of *keys* no longer exists (one read of them all)."""
+    async def _any_gone(self, keys: Sequence[str], revision: int) -> bool:
+        """Whether one of *keys* was deleted after *revision* (one read of them all): it
+        no longer exists, or a key of that name was created since (a name made again:
+        the etcd layout's one key per session, taken again; waiting for the deletion of
+        that new key would wait for a key created after the caller's own)."""
         reads = [
-            rpc.RequestOp(request_range=rpc.RangeRequest(key=self._key(key), count_only=True))
+            rpc.RequestOp(request_range=rpc.RangeRequest(key=self._key(key), keys_only=True))
             for key in keys
         ]
         reply = await self._conn.call("wait", lambda c: c.kv.Txn, rpc.TxnRequest(success=reads))
-        return any(not r.response_range.count for r in reply.responses)
+        return any(
+            not r.response_range.kvs or r.response_range.kvs[0].create_revision > revision
+            for r in reply.responses
+        )
 
     def guard(
         self, key: str, *, revision: int, on_change: Callable[[], None]

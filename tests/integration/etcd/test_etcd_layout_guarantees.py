@@ -134,3 +134,27 @@ async def test_refused_at_the_call(etcd_url: str) -> None:
             client.mutex("x", local_handoff=4)
         assert client.mutex("x").layout == "etcd"
         assert client.mutex("x", layout="coord").layout == "coord"
+
+
+async def test_a_key_deleted_and_made_again_after_the_read_counts_as_deleted(
+    etcd_url: str,
+) -> None:
+    """The etcd layout's key is one per session (``NAME/<lease hex>``): released, then
+    taken again by the next task of the same client, the name is deleted and made anew.
+    A waiter that read the old key and waits for its deletion must return, although a
+    key of that name exists when its watch begins: the new one was created after the
+    waiter's own key, and waits behind it (waiting for that one deadlocked the two
+    clients; the fault suite caught it once, in a run's first seconds)."""
+    async with connect(etcd_url) as a, connect(etcd_url) as b:
+        lease = await a.backend.grant(5)
+        key = "again/k"
+        first = await a.backend.compare_and_set(key, b"1", version=None, lease=lease)
+        assert first is not None
+        listing = await b.backend.keys_by_creation("again/", limit=1)
+        assert [e.key for e in listing.entries] == [key]
+        assert await a.backend.delete(first)
+        again = await a.backend.compare_and_set(key, b"2", version=None, lease=lease)
+        assert again is not None
+        assert again.revision > listing.revision
+        with anyio.fail_after(3):
+            await b.backend.wait_deleted([key], revision=listing.revision)
