@@ -52,11 +52,12 @@ async def _idle_pids(url: str) -> list[int]:
         return [json.loads(entry.value)["pid"] for entry in idle]
 
 
-async def _put(url: str) -> float:
-    """Put the job once the killed looker's entry is seen still there; when it was put."""
+async def _put(url: str, job: str, idle: int) -> float:
+    """Put *job* once the lost looker's entry is seen still there (*idle* entries, its
+    own among them); when it was put."""
     async with coord.connect(url, ttl=10) as client:
-        assert len((await client.backend.entries("crash/_idle/")).entries) == 3
-        await client.queue("crash").put(b"job-1")
+        assert len((await client.backend.entries("crash/_idle/")).entries) == idle
+        await client.queue("crash").put(job.encode())
         return time.time()
 
 
@@ -95,13 +96,24 @@ def test_a_lost_idle_worker_delays_no_claim(
         else:
             proxies[lost].blackhole()
         time.sleep(0.2)  # its session, and its idle entry, live on until the TTL
-        put_at = anyio.run(_put, url, backend="asyncio")
         outputs = [w.stdout for w in workers if w.pid != pids[victim] and w.stdout]
-        ready, _, _ = select.select(outputs, [], [], 5)
-        assert len(ready) == 1, "no live worker claimed the job"
-        at, payload = ready[0].readline().decode().split()
-        assert payload == "job-1"
-        assert float(at) - put_at < 0.1, f"claimed {float(at) - put_at:.3f} s after the put"
+        # Each live worker claims one job and exits. A second job, put while the lost
+        # looker's entry still stands, is the second live worker's: it is measured only
+        # if the first claim took longer than the bound (an fsync of a store that a busy
+        # suite shares can take that long once; a claim that waits for the lost looker
+        # takes the TTL, 10 s, both times).
+        took = []
+        for n in (1, 2):
+            put_at = anyio.run(_put, url, f"job-{n}", 4 - n, backend="asyncio")
+            ready, _, _ = select.select(outputs, [], [], 5)
+            assert len(ready) == 1, "no live worker claimed the job"
+            at, payload = ready[0].readline().decode().split()
+            assert payload == f"job-{n}"
+            outputs.remove(ready[0])
+            took.append(float(at) - put_at)
+            if took[-1] < 0.1:
+                break
+        assert min(took) < 0.1, f"claimed {', '.join(f'{t:.3f}' for t in took)} s after the put"
     finally:
         for worker in workers:
             worker.kill()
