@@ -136,6 +136,29 @@ class _Process:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    def cpu_seconds(self) -> float:
+        """The CPU time (user and system) the server's process and its children have
+        used so far (Linux: ``/proc``): for benchmarks that report the store's cost per
+        operation.
+
+        :raises RuntimeError: if the server is not running
+        """
+        if self._proc is None or self._proc.poll() is not None:
+            raise RuntimeError("the server is not running")
+        pids = [self._proc.pid]
+        total = 0
+        while pids:
+            pid = pids.pop()
+            try:
+                with open(f"/proc/{pid}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+                with open(f"/proc/{pid}/task/{pid}/children") as children:
+                    pids.extend(int(child) for child in children.read().split())
+            except FileNotFoundError:  # it ended meanwhile
+                continue
+            total += int(fields[11]) + int(fields[12])  # utime, stime (clock ticks)
+        return total / os.sysconf("SC_CLK_TCK")
+
     def start(self, *, timeout: float = 60.0) -> Self:
         """Start the server and wait until it serves requests."""
         if self.running:
