@@ -16,7 +16,8 @@ own. This module is that knowledge, with no task and no waiting of its own:
   lookers whose claims it has seen lately (each claim names its looker), a job's lane
   being a hash of its key. So lookers in contention reach for different jobs.
 * **A key's next job** (:meth:`Stock.acked`): when a job this looker claimed is acked,
-  the next job of its ordering key, if the last read saw it, goes into the stock.
+  the next job of its ordering key, if the last read saw it, goes into the stock; and at
+  its ack the next one, along every job of the key that read saw.
 """
 
 from __future__ import annotations
@@ -284,18 +285,28 @@ def _successors(
     stocked: set[str],
 ) -> dict[str, tuple[Entry, int]]:
     """For each of *jobs* (oldest first) that has an ordering key and that this looker
-    may ack (claimed, or in its stock: store keys *stocked*), the next of them with that
-    key and its place among *jobs*, by the store key of the one before. Only those: a
-    read may be the whole queue, and an idle looker keeps this (payloads and all)."""
-    last: dict[str, tuple[str, bool]] = {}
+    may ack (claimed, or in its stock: store keys *stocked*; or the next of its key after
+    such a job, which goes into the stock at that ack, and so on along the key, within
+    :data:`STOCK_BYTES` of payloads), the next of them with that key and its place among
+    *jobs*, by the store key of the one before. Only those: a read may be the whole queue,
+    and an idle looker keeps this (payloads and all)."""
+    # Per ordering key, the last job seen: its store key, and whether it is this looker's
+    # to ack (claimed or stocked: True; stocked at an ack: False; else None).
+    last: dict[str, tuple[str, bool | None]] = {}
     after: dict[str, tuple[Entry, int]] = {}
+    size = 0  # of the payloads kept: beyond the next job of each key, up to STOCK_BYTES
     for order, entry in enumerate(jobs):
         state = decode(entry)[0]
-        if state.key is not None:
-            before = last.get(state.key)
-            if before is not None and before[1]:
+        if state.key is None:
+            continue
+        mine: bool | None = True if state.claim is not None or entry.key in stocked else None
+        before = last.get(state.key)
+        if before is not None and before[1] is not None:
+            if before[1] or size + len(entry.value) <= STOCK_BYTES:
                 after[before[0]] = entry, order
-            last[state.key] = entry.key, state.claim is not None or entry.key in stocked
+                size += len(entry.value)
+                mine = mine or False  # stocked at the ack of the one before
+        last[state.key] = entry.key, mine
     return after
 
 
