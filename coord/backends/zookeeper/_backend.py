@@ -377,7 +377,8 @@ class ZooKeeperBackend(FaultHooks, Backend):
         Nothing changes on the store.
         """
         self._check_open()
-        return await self._queues.entries(prefix, limit)
+        # A stale listing may take entries kept since the last one (as fresh as reads).
+        return await self._queues.entries(prefix, limit, cached=stale_ok and limit is not None)
 
     async def names(self, prefix: str = "") -> list[str]:
         """The names with waiter nodes at or under *prefix*: a walk of the tree, one

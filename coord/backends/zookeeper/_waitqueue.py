@@ -26,6 +26,7 @@ from ..._core.exceptions import (
     SessionExpiredError,
 )
 from ...abc import Entry, Listing, Position
+from ._cache import EntryCache
 from ._errors import ANSWERS
 from ._paths import (
     SHARD,
@@ -96,6 +97,7 @@ class WaitQueues:
         self._nodes = nodes
         self._paths = paths
         self._watches = watches
+        self._cache = EntryCache(watches)  # the heads of queues read with stale_ok
         # prefix + waiter id of the registrations that did not answer (see register)
         self._unanswered: set[str] = set()
         # The queue nodes whose last listing here had shards: a wake-up there lists the
@@ -126,11 +128,12 @@ class WaitQueues:
         )
 
     async def read(
-        self, prefix: str, names: Sequence[str], *, watch: bool = False
+        self, prefix: str, names: Sequence[str], *, watch: bool = False, cached: bool = False
     ) -> list[Entry | None]:
         """The entries ``prefix + name`` (None for those that no longer exist); with
         *watch*, each read also arms a data watch on its node (:meth:`guard` then needs
-        no read of its own).
+        no read of its own). With *cached*, an entry kept by the cache is not read, and
+        each read arms a data watch and is kept (``_cache.py``).
 
         The reads are pipelined (one round trip per :data:`_READS` of them: each batch
         has the session timeout to answer), without a task per read, so that a failure
@@ -139,17 +142,33 @@ class WaitQueues:
         if len(names) > _READS:
             results: list[Entry | None] = []
             for i in range(0, len(names), _READS):
-                results += await self.read(prefix, names[i : i + _READS], watch=watch)
+                batch = names[i : i + _READS]
+                results += await self.read(prefix, batch, watch=watch, cached=cached)
             return results
         if not names:
             return []
         paths = [self._paths.path(prefix + name) for name in names]
+        cache = self._cache if cached else None
+        kept = [cache.get(path) for path in paths] if cache is not None else [None] * len(paths)
+        # Listening before the reads are sent (CURATOR-527): see _cache.py.
+        tokens = [
+            cache.arm(path) if cache is not None and entry is None else None
+            for path, entry in zip(paths, kept, strict=True)
+        ]
         results = []
         with anyio.move_on_after(self._conn.timeout) as budget:
             client = await self._conn.ready(self._conn.timeout)
-            watcher = self._watches.data_watcher if watch else None
-            replies = [client.get_data_nowait(path, watcher) for path in paths]
-            for name, path, reply in zip(names, paths, replies, strict=True):
+            watcher = self._watches.data_watcher if watch or cached else None
+            replies = [
+                client.get_data_nowait(path, watcher) if entry is None else None
+                for path, entry in zip(paths, kept, strict=True)
+            ]
+            for name, path, reply, entry, token in zip(
+                names, paths, replies, kept, tokens, strict=True
+            ):
+                if reply is None:  # kept: unchanged since read (see _cache.py)
+                    results.append(entry)
+                    continue
                 try:
                     data, stat = await reply.wait()
                 except kz.NoNodeError:
@@ -160,7 +179,11 @@ class WaitQueues:
                     if stat is None:
                         results.append(None)
                         continue
-                results.append(entry_of(prefix + name, data, stat))
+                    token = None  # read without a watch: not kept
+                read = entry_of(prefix + name, data, stat)
+                if token is not None and cache is not None:
+                    cache.keep(path, read, token)
+                results.append(read)
         if budget.cancelled_caught:
             raise BackendUnavailable(f"ZooKeeper get under {prefix!r}: no answer")
         return results
@@ -171,7 +194,7 @@ class WaitQueues:
         except kz.NoNodeError:
             return None
 
-    async def entries(self, prefix: str, limit: int | None) -> Listing:
+    async def entries(self, prefix: str, limit: int | None, *, cached: bool = False) -> Listing:
         """The waiter entries of *prefix*, oldest first; revision: the newest pzxid of the
         parent and its shards (the last change to the queue's children).
 
@@ -179,6 +202,10 @@ class WaitQueues:
         skipped and the next one read, and if every listed one went, the children are
         listed again; so that "the first n" means the first n that exist (as one atomic
         read gives on etcd), never fewer while more exist.
+
+        *cached* (with a *limit*): the entries are read with data watches and kept
+        (``_cache.py``), and those kept since the last such listing of *prefix* and
+        unchanged are not read again.
         """
         entries: list[Entry] = []
         pzxid = 0
@@ -203,22 +230,26 @@ class WaitQueues:
             missing = False
             while names and len(entries) < limit:
                 wanted, names = names[: limit - len(entries)], names[limit - len(entries) :]
-                found = await self._existing(prefix, node, wanted)
+                found = await self._existing(prefix, node, wanted, cached=cached)
                 missing = missing or len(found) < len(wanted)
                 entries += found
             if len(entries) >= limit or not missing:
                 break
+        if cached:
+            self._cache.retain(node, (self._paths.path(e.key) for e in entries))
         return Listing(tuple(entries), pzxid)
 
     async def existing(self, prefix: str, names: Sequence[str]) -> list[Entry]:
         """The entries ``prefix + name`` that still exist, in the order of *names*."""
         return [e for e in await self.read(prefix, names) if e is not None]
 
-    async def _existing(self, prefix: str, node: str, names: Sequence[str]) -> list[Entry]:
+    async def _existing(
+        self, prefix: str, node: str, names: Sequence[str], *, cached: bool = False
+    ) -> list[Entry]:
         """:meth:`existing`, where a waiter node listed in the queue's node and gone when
         read is looked for in its shard (listed after the read): it may have moved
         there in between, as one transaction."""
-        read = await self.read(prefix, names)
+        read = await self.read(prefix, names, cached=cached)
         missing = [n for n, e in zip(names, read, strict=True) if e is None and not is_sharded(n)]
         moved: dict[str, str] = {}
         if missing:
