@@ -45,15 +45,18 @@ if TYPE_CHECKING:
 __all__ = ["Stock"]
 
 # A look reads this many of the oldest jobs first (then 8x more, ..., then all), so that
-# a long queue whose head is claimable sends one short reply, not every job.
-FIRST_LOOK = 128
+# a long queue whose head is claimable sends one short reply, not every job. (128 and a
+# stock of 64 before ZooKeeper kept what its looks read, backends/zookeeper/_cache.py:
+# since, 256/128 measured 1.07x on etcd and 1.23x on ZooKeeper at 8 workers, and 512/256
+# no better; docs/benchmarks.md.)
+FIRST_LOOK = 256
 # A read keeps up to this many claimable jobs in stock (and up to STOCK_BYTES of their
 # payloads, beyond the jobs the waiting workers need now), claimed by the next rounds
 # without reading again (each claim is guarded by the job's version as read). Reads are
 # what a busy queue costs the store most: etcd sorts by creation only after reading
 # every key of the range, so each read of the head costs it the whole queue (0.5 reads
 # a job took 2.5 ms of etcd's CPU a job with 3,000 jobs queued; a claim, 0.25 ms).
-STOCK = 64
+STOCK = 128
 STOCK_BYTES = 1 << 20
 # ... and reads again after this many seconds whatever is left of it, so that no stock
 # outlives a queue emptied and refilled (a name made again may match an old version:
