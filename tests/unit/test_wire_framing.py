@@ -12,6 +12,7 @@ from kazoo.protocol.serialization import (
     CheckVersion,
     Create,
     Delete,
+    GetChildren2,
     GetData,
     SetData,
     Transaction,
@@ -32,6 +33,7 @@ from coord.backends.zookeeper._wire._records import (
     SET_WATCHES_MAX_BYTES,
     Multi,
     SetWatches,
+    children2,
     set_watches_batches,
 )
 from coord.backends.zookeeper._wire._watches import Arming, Kind, Watches
@@ -280,3 +282,40 @@ def test_error_codes() -> None:
     unknown = error_for(-12345)
     assert isinstance(unknown, kz.ZookeeperError)
     assert "-12345" in str(unknown)
+
+
+def _children_answer(names: list[bytes], stat: tuple[int, ...]) -> bytes:
+    body = struct.pack(">i", len(names))
+    for name in names:
+        body += struct.pack(">i", len(name)) + name
+    return body + bytes(stat_struct.pack(*stat))
+
+
+_STAT = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        [],
+        [b"@a-0000000001"],
+        [b"@a-0000000002", b"@b-0000000001", b"@c-0000000003"],  # one length: one pass
+        [b"@a-0000000002", b"@bb-0000000001", b"@c-0000000003"],  # one longer
+        [b"@a-0000000002", b"@b-0000000001", b"@cc-0000000003"],  # the last longer
+        [b"\xc3\xa9t\xc3\xa9", b"abcdef"],  # one length in bytes, not in characters
+        [b"x", b""],
+        [b"", b""],
+    ],
+)
+def test_children2_decodes_as_kazoo_does(names: list[bytes]) -> None:
+    """A queue's listing is decoded in one pass when its names have one length (see
+    _records.children2); any listing gives what kazoo's GetChildren2 gives."""
+    frame = b"\0" * 7 + _children_answer(names, _STAT)
+    assert children2(frame, 7) == GetChildren2.deserialize(frame, 7)
+    assert children2(frame, 7)[0] == [n.decode() for n in names]
+
+
+def test_children2_of_a_short_frame_fails_as_kazoo_does() -> None:
+    frame = _children_answer([b"@a-0000000001", b"@b-0000000002"], _STAT)
+    with pytest.raises(struct.error):
+        children2(frame[:-3], 0)

@@ -27,6 +27,7 @@ from .._common.limits import check_key
 
 __all__ = [
     "SHARD",
+    "SHARD_NAME",
     "Paths",
     "WaiterName",
     "fence_of_name",
@@ -96,9 +97,14 @@ def shard_dir(sequence: int) -> str:
     return f"{WAITER_MARK}{sequence // SHARD:08x}"
 
 
+#: The length of a shard directory's name (a listing of thousands of waiters checks this
+#: before calling :func:`shard_index` on each).
+SHARD_NAME = 9
+
+
 def shard_index(name: str) -> int | None:
     """The block number of a shard directory's name, or None if it is not one."""
-    if len(name) != 9 or name[0] != WAITER_MARK:
+    if len(name) != SHARD_NAME or name[0] != WAITER_MARK:
         return None
     try:
         return int(name[1:], 16)

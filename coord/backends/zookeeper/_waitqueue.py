@@ -30,6 +30,7 @@ from ._cache import EntryCache
 from ._errors import ANSWERS
 from ._paths import (
     SHARD,
+    SHARD_NAME,
     fence_of_name,
     is_sharded,
     nearest_before,
@@ -122,7 +123,9 @@ class WaitQueues:
         reaps it)."""
         if any(parse_waiter(child) is not None for child in children):
             return True
-        shards = [f"{node}/{d}" for d in children if shard_index(d) is not None]
+        shards = [
+            f"{node}/{d}" for d in children if len(d) == SHARD_NAME and shard_index(d) is not None
+        ]
         return bool(shards) and any(
             listed and listed[0] for listed in await self._list_many(shards)
         )
@@ -216,7 +219,9 @@ class WaitQueues:
                 return Listing((), 0)
             pzxid = listing[1]
             children = listing[0]
-            shards = sorted(d for d in children if shard_index(d) is not None)
+            shards = sorted(
+                d for d in children if len(d) == SHARD_NAME and shard_index(d) is not None
+            )
             if shards:  # listed after the node: a node moved in between is in one of them
                 for listed in await self._list_many([f"{node}/{d}" for d in shards]):
                     children = children + (listed[0] if listed else [])
@@ -553,7 +558,7 @@ class WaitQueues:
         if listing is None:
             return None
         children = listing[0]
-        shards = sorted(d for d in children if shard_index(d) is not None)
+        shards = sorted(d for d in children if len(d) == SHARD_NAME and shard_index(d) is not None)
         if shards:  # a recovery call: every shard is listed
             for listed in await self._list_many([f"{node}/{d}" for d in shards]):
                 children = children + (listed[0] if listed else [])

@@ -24,7 +24,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from kazoo import exceptions as kz
-from kazoo.protocol.serialization import Exists, GetData, Watch
+from kazoo.protocol.serialization import Exists, GetChildren2, GetData, Watch
 
 from ._errors import ProtocolError, error_for
 from ._framing import (
@@ -37,6 +37,7 @@ from ._framing import (
     reply_header,
 )
 from ._pending import InFlight, Reply
+from ._records import children2
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -136,7 +137,10 @@ def _decoded(request: Any, frame: bytes) -> Any:
     if not hasattr(request, "deserialize"):
         return None
     try:
-        value = request.deserialize(frame, REPLY_HEADER_SIZE)
+        if type(request) is GetChildren2:
+            value = children2(frame, REPLY_HEADER_SIZE)
+        else:
+            value = request.deserialize(frame, REPLY_HEADER_SIZE)
     except DECODE_ERRORS as exc:
         raise ProtocolError(f"an undecodable answer to {type(request).__name__}") from exc
     if not isinstance(request, _MAY_BE_NULL) and _holds_null(value):
