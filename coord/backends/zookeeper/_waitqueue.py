@@ -629,7 +629,7 @@ class WaitQueues:
             try:
                 await self._conn.call("delete", methodcaller("delete", path, stat.version))
             except kz.NoNodeError:
-                return False
+                return unknown  # (a lagging member's read may predate that attempt)
             except kz.BadVersionError:
                 continue
             except BackendUnavailable:
