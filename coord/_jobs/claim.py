@@ -26,7 +26,14 @@ from typing import TYPE_CHECKING
 import anyio
 
 from .._core import retry as _retry
-from .._core.exceptions import BackendError, BackendUnavailable, ClaimLost, ResyncNeeded
+from .._core.exceptions import (
+    BackendError,
+    BackendUnavailable,
+    ClaimLost,
+    ClosedError,
+    ResyncNeeded,
+    SessionExpiredError,
+)
 from .._locks.hold import Hold
 from ..abc import ChangeKind, Create, Entry, Position, Update
 from . import records as _records
@@ -193,7 +200,9 @@ async def wait_for_change(
 async def _then_cancel(wait: Awaitable[None], scope: anyio.CancelScope) -> None:
     try:
         await wait
-    except ResyncNeeded:
+    except (ResyncNeeded, SessionExpiredError, ClosedError):
+        # Lost history: read again. A watch on a lost (or closed) session: the caller's
+        # read tells it, raised as itself, not as a group of this wait's two watches.
         pass
     except BackendError:
         await _retry.backoff(2)  # the caller reads again, which tells what is wrong
