@@ -26,11 +26,18 @@ from typing import TYPE_CHECKING
 import anyio
 
 from .._core import retry as _retry
-from .._core.exceptions import BackendError, BackendUnavailable, ClaimLost, ResyncNeeded
+from .._core.exceptions import (
+    BackendError,
+    BackendUnavailable,
+    ClaimLost,
+    ClosedError,
+    ResyncNeeded,
+    SessionExpiredError,
+)
 from .._locks.hold import Hold
 from ..abc import ChangeKind, Create, Entry, Position, Update
 from . import records as _records
-from .endings import release_soon
+from .endings import release_soon, resolve_soon
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -126,19 +133,34 @@ async def claim(
         Create(claims, claim_id, value.encode(), lease),
     ]
     provisional = Entry(claims + claim_id, lease=lease.id)
+    job_entry = pick.entry
+    unknown: list[Exception] = []  # the transaction raised: its outcome is unknown
+
+    async def transact() -> tuple[Entry | None, ...] | None:
+        try:
+            return await backend.transact(ops)
+        except Exception as exc:
+            unknown.append(exc)
+            raise
+
+    def give_back() -> None:
+        # It may have happened: if it did, give the job back as it was (no attempt).
+        resolve_soon(session, job_entry, claims, claim_id, provisional)
 
     def undo(result: tuple[Entry | None, ...] | None) -> None:
         # The caller went away: give back what was claimed for it.
         if result and result[0] and result[1]:
             release_soon(session, result[0], header, pick.payload, result[1])
-        else:  # refused (nothing to undo), or unknown: delete a claim it may have made
+        elif unknown:
+            give_back()
+        else:  # refused (nothing to undo), or cancelled with the session
             session.discard(provisional)
 
     try:
         # Not shielded: a cancelled claim returns at once; undo gives back what it made.
-        result = await session.settle(lambda: backend.transact(ops), undo=undo, shield=False)
+        result = await session.settle(transact, undo=undo, shield=False)
     except BackendUnavailable:
-        session.discard(provisional)  # it may have happened: make it not count
+        give_back()
         return None
     if result is None:
         return None
@@ -178,7 +200,9 @@ async def wait_for_change(
 async def _then_cancel(wait: Awaitable[None], scope: anyio.CancelScope) -> None:
     try:
         await wait
-    except ResyncNeeded:
+    except (ResyncNeeded, SessionExpiredError, ClosedError):
+        # Lost history: read again. A watch on a lost (or closed) session: the caller's
+        # read tells it, raised as itself, not as a group of this wait's two watches.
         pass
     except BackendError:
         await _retry.backoff(2)  # the caller reads again, which tells what is wrong

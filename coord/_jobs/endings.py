@@ -16,7 +16,14 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from .._core.exceptions import ClaimLost, ClosedError
+from .._core import retry as _retry
+from .._core.exceptions import (
+    BackendError,
+    BackendUnavailable,
+    ClaimLost,
+    ClosedError,
+    SessionExpiredError,
+)
 from ..abc import Create, Remove, Update
 from . import records as _records
 from .commit import apply
@@ -35,6 +42,7 @@ __all__ = [
     "lost_attempt",
     "release_ops",
     "release_soon",
+    "resolve_soon",
 ]
 
 Exhausted = Literal["park", "dead_letter"]
@@ -236,6 +244,53 @@ def release_soon(
     async def run() -> None:
         if await apply(session, ops, claim, entry) == "refused":
             await session.delete(claim)
+
+    try:
+        session.start_soon(run)
+    except ClosedError:
+        pass
+
+
+def resolve_soon(
+    session: Session, job: Entry, claims: str, claim_id: str, provisional: Entry
+) -> None:
+    """A claim of *job* whose outcome is unknown (its reply was lost) and that nobody
+    will work on: if the store made it, give it back as it was, in a task of the session,
+    so that no attempt counts (a claim merely deleted leaves the job naming a dead claim:
+    the next claim counts a "lost worker" attempt, and a job with one attempt left would
+    be parked or dead-lettered without ever having run). Not a checkpoint."""
+    if session.lost:
+        return  # the claim, if made, goes with the session
+
+    async def run() -> None:
+        backend = session.backend
+        for attempt in _retry.attempts():
+            try:
+                made = await backend.find(claims, claim_id, session.lease)
+                now = None if made is None else await backend.get(job.key)
+                break
+            except BackendUnavailable:
+                if session.lost:
+                    return
+                await _retry.backoff(attempt)
+            except SessionExpiredError:
+                return
+            except BackendError as exc:  # (told, not raised into the session's tasks)
+                _log.warning("job %s: its claim of unknown outcome: %s", job.key, exc)
+                session.discard(provisional)
+                return
+        else:  # pragma: no cover
+            return
+        if made is None:
+            return  # not made: nothing to give back
+        if now is None or now.revision != job.revision:
+            await session.delete(made)  # (the job went meanwhile: only the claim is left)
+            return
+        state, payload = _records.decode(now)
+        if state.claim != claim_id[2:]:
+            await session.delete(made)
+        elif await apply(session, release_ops(now, state, payload, made), made, now) == "refused":
+            await session.delete(made)
 
     try:
         session.start_soon(run)

@@ -247,16 +247,20 @@ class OwnedWork(ABC):
 
     async def _delete_until_done(self, entry: Entry, outcome: list[bool]) -> None:
         """Delete *entry*, again after each failure while the session lives; its outcome
-        (deleted, or not there) goes to *outcome*."""
+        (deleted, or not there) goes to *outcome*. Not there after an attempt whose
+        outcome is unknown (no answer) counts as deleted: that attempt may have done it,
+        as a backend's own repeat counts it."""
+        unknown = False
         for attempt in _retry.attempts():
             try:
                 async with _Slot(self.in_flight):
-                    outcome.append(await self.backend.delete(entry))
+                    outcome.append(await self.backend.delete(entry) or unknown)
                 return
             except SessionExpiredError:
                 self.declare_lost("the store no longer knows the session's lease")
                 return
             except BackendError as exc:
+                unknown = unknown or isinstance(exc, BackendUnavailable)
                 if self.lost or not self.running:
                     return
                 if attempt == 3:

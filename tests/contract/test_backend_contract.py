@@ -190,6 +190,29 @@ async def test_wait_deleted_and_wait_changed(clients: list[coord.Client]) -> Non
             assert await backend.delete(updated)
 
 
+async def test_wait_deleted_on_many_keys_read_before_a_write(
+    clients: list[coord.Client],
+) -> None:
+    """A semaphore of limit n waits on the n entries ahead of it (up to 1000): a wait on
+    that many keys, read before a write, waits (its check of the keys fits the store's
+    transactions: etcd takes 128 operations in one), and returns once one of them goes."""
+    backend, lease, other, _ = parts(clients)
+    prefix = "c/many/"
+    ahead = [await backend.register(prefix, wid(), lease, ahead=0) for _ in range(150)]
+    read = await other.entries(prefix)
+    assert len(read.entries) == 150
+    await backend.put("c/many-noise", b"a write after the read")
+    keys = [position.entry.key for position in ahead]
+    with anyio.move_on_after(0.5) as waited:
+        await other.wait_deleted(keys, revision=read.revision)
+    assert waited.cancelled_caught  # none of them went: it waits
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: other.wait_deleted(keys, revision=read.revision))
+            await anyio.sleep(0.2)
+            assert await backend.delete(ahead[-1].entry)
+
+
 async def test_guard_calls_back_once_when_the_key_goes(clients: list[coord.Client]) -> None:
     """guard(): a callback, once, when the key is deleted after the revision it was read
     at (by anyone), soon when it is gone already, and never after it is stopped; no task

@@ -709,3 +709,31 @@ async def test_reentrant_hold_lost_with_an_acquire_unreleased(
         assert not mutex.locked()
         async with b.mutex("re-lost"):
             pass
+
+
+async def test_a_release_whose_delete_answer_was_lost_is_a_release(
+    clients: list[coord.Client],
+) -> None:
+    """The release's delete reaches the store, but no answer comes back (the store's
+    call gives up, BackendUnavailable); the session tries again and finds the key gone.
+    Gone after an attempt whose outcome is unknown is that attempt's doing: the release
+    worked, and the block does not raise LockLost."""
+    a, _, _, _ = clients
+    backend = a.backend
+    real = backend.delete
+    lost: list[str] = []
+
+    async def answer_lost(entry: coord.abc.Entry) -> bool:
+        deleted = await real(entry)
+        if entry.key.startswith("lost-answer/") and not lost:
+            lost.append(entry.key)
+            raise coord.BackendUnavailable("no answer")
+        return deleted
+
+    backend.delete = answer_lost  # type: ignore[method-assign]
+    with anyio.fail_after(10):
+        async with a.mutex("lost-answer") as hold:
+            pass
+    assert lost == [hold.key]
+    assert not hold.lost
+    assert [w.key for w in await a.mutex("lost-answer").waiters()] == []

@@ -296,6 +296,31 @@ async def test_claim_lost_with_the_session_comes_back_and_the_zombie_ack_is_refu
     assert fence > job.fence
 
 
+async def test_a_worker_waiting_for_a_job_waits_on_across_a_lost_session(
+    clients: list[coord.Client],
+) -> None:
+    """A worker waits for a job on an empty queue (its client's looker watches the
+    queue as one of the idle lookers) when the session is lost: the looker goes on with
+    the next session, and the worker gets the job put afterwards. (Its watch of the
+    queue, on the lost session, ends with SessionExpiredError: that is the news to start
+    over on, not the worker's failure.)"""
+    a, b, _, _ = clients
+    got: list[bytes] = []
+
+    async def worker() -> None:
+        async with a.queue("idle-lost").claim() as job:
+            got.append(job.payload)
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker)
+            await wait_for_waiters(a, "idle-lost/_idle", 1)  # the looker watches
+            await anyio.sleep(0.2)
+            await expire_session(a)
+            await b.queue("idle-lost").put(b"after")
+    assert got == [b"after"]
+
+
 async def test_a_job_whose_worker_is_lost_every_time_is_parked(
     clients: list[coord.Client],
 ) -> None:

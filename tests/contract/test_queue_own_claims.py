@@ -6,17 +6,15 @@ and a worker cancelled while it claims leaves no job claimed."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import pytest
 
-from coord.abc import Update
+import coord
+from coord.abc import Create, Update
 
 from .test_queue import claims_of
-
-if TYPE_CHECKING:
-    import coord
 
 pytestmark = pytest.mark.anyio
 
@@ -118,3 +116,43 @@ async def test_a_worker_cancelled_while_claiming_from_the_stock_leaves_no_claim(
         async with queue.claim() as job:
             assert job.payload == b"b"
             assert len(await claims_of(client, "own-cancel")) == 1
+
+
+class LostReply:
+    """Applies the first claim transaction (the job's Update beside the claim's Create)
+    and loses its reply, as a connection that drops before the answer comes does."""
+
+    def __init__(self, backend: Any) -> None:
+        self.lost = 0
+        self._transact = backend.transact
+        backend.transact = self
+
+    async def __call__(self, ops: Any) -> Any:
+        result = await self._transact(ops)
+        claim = any(isinstance(op, Update) for op in ops) and any(
+            isinstance(op, Create) for op in ops
+        )
+        if claim and result is not None and not self.lost:
+            self.lost += 1
+            raise coord.BackendUnavailable("the reply was lost")
+        return result
+
+
+async def test_a_claim_whose_reply_was_lost_counts_no_attempt(
+    clients: list[coord.Client],
+) -> None:
+    """A claim applied by the store whose answer was lost (outcome unknown) is given back
+    as it was: nobody worked on the job, so no attempt counts. Counted, it would be a
+    "lost worker" attempt: with ``max_attempts=1`` the job is parked without ever being
+    handed to a worker."""
+    client = clients[0]
+    queue = client.queue("lost-reply", max_attempts=1)
+    await queue.put(b"x")
+    gate = LostReply(client.backend)
+    with anyio.fail_after(10):
+        async with queue.claim() as job:
+            assert job.payload == b"x"
+            assert job.attempt == 0
+    assert gate.lost == 1
+    assert await claims_of(client, "lost-reply") == []
+    assert (await client.backend.entries("lost-reply/_jobs/")).entries == ()

@@ -391,16 +391,22 @@ class EtcdBackend(Backend):
         """Whether one of *keys* was deleted after *revision* (one read of them all): it
         no longer exists, or a key of that name was created since (a name made again:
         the etcd layout's one key per session, taken again; waiting for the deletion of
-        that new key would wait for a key created after the caller's own)."""
-        reads = [
-            rpc.RequestOp(request_range=rpc.RangeRequest(key=self._key(key), keys_only=True))
-            for key in keys
-        ]
-        reply = await self._conn.call("wait", lambda c: c.kv.Txn, rpc.TxnRequest(success=reads))
-        return any(
-            not r.response_range.kvs or r.response_range.kvs[0].create_revision > revision
-            for r in reply.responses
-        )
+        that new key would wait for a key created after the caller's own). A semaphore's
+        waiter waits on up to 1000 keys: read in transactions of at most ``max_ops``
+        reads (etcd refuses more than ``--max-txn-ops``, 128 by default)."""
+        for start in range(0, len(keys), self.max_ops):
+            reads = [
+                rpc.RequestOp(request_range=rpc.RangeRequest(key=self._key(key), keys_only=True))
+                for key in keys[start : start + self.max_ops]
+            ]
+            request = rpc.TxnRequest(success=reads)
+            reply = await self._conn.call("wait", lambda c: c.kv.Txn, request)
+            if any(
+                not r.response_range.kvs or r.response_range.kvs[0].create_revision > revision
+                for r in reply.responses
+            ):
+                return True
+        return False
 
     def guard(
         self, key: str, *, revision: int, on_change: Callable[[], None]

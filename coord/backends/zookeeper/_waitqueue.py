@@ -653,16 +653,23 @@ class WaitQueues:
         # A plain key can be deleted and created again under the same name: compare the
         # creation zxid, then delete only that version. A write in between (a Curator
         # Revoker's "__REVOKE__" in a peer layout's node: locks/Revoker.java) leaves the
-        # same node with a newer version: read it again, never report it gone.
+        # same node with a newer version: read it again, never report it gone. A delete
+        # whose reply was lost is not sent again blindly (the name may be someone
+        # else's by then): the read tells, and the node gone after that attempt may
+        # be its doing (True, as delete_path and etcd say after a repeat).
+        unknown = False
         for _ in range(_DELETE_ATTEMPTS):
             stat = await self._conn.call("exists", lambda c: c.exists(path), retry=True)
             if stat is None or stat.czxid != czxid:
-                return False
+                return unknown
             try:
                 await self._conn.call("delete", methodcaller("delete", path, stat.version))
             except kz.NoNodeError:
-                return False
+                return unknown  # (a lagging member's read may predate that attempt)
             except kz.BadVersionError:
+                continue
+            except BackendUnavailable:
+                unknown = True
                 continue
             return True
         raise BackendError(f"ZooKeeper delete {path}: its data keeps changing")

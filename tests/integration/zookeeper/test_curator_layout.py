@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 import pytest
+from kazoo import exceptions as kz
 
 import coord
 from coord.cli import _snapshot
@@ -194,3 +195,27 @@ async def test_semaphore_lost_session(zookeeper_url: str) -> None:
             assert got[0].session is not first
             await children_until(a, "x/leases", lambda n: n == 0)
             await children_until(a, "x/locks", lambda n: n == 0)
+
+
+async def test_release_whose_delete_reply_is_lost(zookeeper_url: str) -> None:
+    """A release whose delete was applied but whose reply was lost with the connection
+    is a release, not a loss: the next attempt finds the node gone because the first one
+    deleted it (coord's own layout and etcd say the same after a repeat)."""
+    with anyio.fail_after(15):
+        async with connect(zookeeper_url) as a:
+            async with a.mutex("lost-reply") as hold:
+                wire = a.backend._conn.client  # type: ignore[attr-defined]
+                real = wire.delete
+                calls: list[str] = []
+
+                async def reply_lost(path: str, version: int = -1) -> None:
+                    calls.append(path)
+                    await real(path, version)
+                    if len(calls) == 1:
+                        raise kz.ConnectionLoss("the reply was lost")
+
+                wire.delete = reply_lost
+            assert calls
+            assert hold.released
+            assert not hold.lost
+            await children_until(a, "lost-reply", lambda n: n == 0)
