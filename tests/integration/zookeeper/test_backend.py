@@ -274,9 +274,11 @@ async def test_a_claim_shaped_multi_tells_its_new_node_without_reading_it(
     reads: list[object] = []
     read = bare._multi._queues.read
 
-    async def counting(prefix: str, names: Any, *, watch: bool = False) -> Any:
+    async def counting(
+        prefix: str, names: Any, *, watch: bool = False, cached: bool = False
+    ) -> Any:
         reads.append(names)
-        return await read(prefix, names, watch=watch)
+        return await read(prefix, names, watch=watch, cached=cached)
 
     bare._multi._queues.read = counting  # type: ignore[method-assign]
     try:
