@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from contextlib import AsyncExitStack
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -14,7 +14,7 @@ import coord
 from coord.testing.pytest_plugin import fresh_namespace
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Generator, Iterator
 
 STORES = [
     pytest.param(("memory", "asyncio"), id="memory-asyncio"),
@@ -98,12 +98,19 @@ async def clients(coord_url: str) -> AsyncIterator[list[coord.Client]]:
 
 
 @pytest.fixture(params=["strict", "cohort"])
-def mutex_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+def mutex_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Run a mutex test twice: as written (strict FIFO), and with every
     ``client.mutex(name)`` that does not choose a mode made in cohort mode
-    (``local_handoff=2``), so that the whole conformance suite holds in both."""
+    (``local_handoff=2``), so that the whole conformance suite holds in both.
+
+    Cohort mode changes nothing but the mutexes made by ``Client.mutex``: a test that
+    makes none is marked ``no_mutex`` and runs once (its cohort run is deselected, see
+    :func:`_deselected`). Both claims are checked here, on every run: a test marked
+    ``no_mutex`` that makes a mutex fails, and so does the cohort run of a test that
+    makes none (it would repeat the strict run: mark it ``no_mutex``)."""
+    strict = coord.Client.mutex
+    made: list[str] = []
     if request.param == "cohort":
-        strict = coord.Client.mutex
 
         def mutex(
             self: coord.Client,
@@ -112,16 +119,45 @@ def mutex_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
             reentrant: bool = False,
             local_handoff: int | None = None,
         ) -> coord.Mutex:
+            made.append(name)
             return strict(self, name, reentrant=reentrant, local_handoff=local_handoff or 2)
 
         monkeypatch.setattr(coord.Client, "mutex", mutex)
-    return str(request.param)
+    else:
+
+        def counted(self: coord.Client, *args: Any, **kwargs: Any) -> coord.Mutex:
+            made.append(str(args[0] if args else kwargs.get("name")))
+            return strict(self, *args, **kwargs)
+
+        monkeypatch.setattr(coord.Client, "mutex", counted)
+    yield str(request.param)
+    if request.node.get_closest_marker("no_mutex") is not None:
+        if made:
+            pytest.fail(f"marked no_mutex, but made the mutexes {sorted(set(made))}")
+    elif request.param == "cohort" and not made and request.node.stash.get(_PASSED, False):
+        pytest.fail("made no mutex: this cohort run repeats the strict one (mark it no_mutex)")
+
+
+_PASSED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Whether the test's call passed (:func:`mutex_mode` checks a passed run only)."""
+    report = yield
+    if report.when == "call":
+        item.stash[_PASSED] = report.passed
+    return report
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Deselect the cohort-mode run of a test marked ``strict_only`` (it tests what
     cohort mode changes on purpose: e.g. that service order is registration order
-    across all tasks), and the etcd-trio runs outside :data:`ETCD_TRIO_MODULES`.
+    across all tasks) or ``no_mutex`` (it makes no mutex: its cohort run would repeat
+    the strict one; :func:`mutex_mode` checks that), and the etcd-trio runs outside
+    :data:`ETCD_TRIO_MODULES`.
     Deselected, not skipped: there is nothing missing to report."""
     deselected = [item for item in items if _deselected(item)]
     if deselected:
@@ -138,4 +174,4 @@ def _deselected(item: pytest.Item) -> bool:
     if params.params.get("store") == ("etcd", "trio"):
         module = item.module.__name__.rpartition(".")[2]  # type: ignore[attr-defined]
         return cohort or (module not in ETCD_TRIO_MODULES and not ALL_ON_TRIO)
-    return cohort and item.get_closest_marker("strict_only") is not None
+    return cohort and any(item.get_closest_marker(m) for m in ("strict_only", "no_mutex"))

@@ -456,6 +456,7 @@ async def test_renew_false_makes_the_first_loss_final(coord_url: str) -> None:
         assert client.statistics().sessions_opened == 1
 
 
+@pytest.mark.no_mutex
 async def test_sessions_can_be_followed(clients: list[coord.Client]) -> None:
     client = clients[0]
     seen: list[coord.Session] = []

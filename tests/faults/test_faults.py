@@ -130,6 +130,7 @@ async def test_holder_killed(run: FaultRun, server: EtcdServer | ZooKeeperServer
     await _finish(run, url)
 
 
+@pytest.mark.kills_server
 async def test_server_killed_and_restarted(
     run: FaultRun, server: EtcdServer | ZooKeeperServer
 ) -> None:

@@ -105,8 +105,10 @@ async def test_a_repeat_keeps_the_job_of_a_put_cancelled_in_flight(
                         await anyio.sleep(0.05)
                         assert (await queue.put(b"x", job_id=job_id)).id == job_id
             assert [f"CANCELLED {i}" for i in ids] == [x for x in lines if x.startswith("C")]
-            # Every withdrawal has ended (the producer lingered): the repeated jobs stay,
-            # the job of the put nobody repeated was withdrawn.
+            # Every withdrawal has ended (the producer waited for each cancelled put's to
+            # run to its end): the repeated jobs stay, the job of the put nobody repeated
+            # was withdrawn.
+            assert f"WITHDRAWN {len(ids)}" in lines, lines
             assert await _queued(client) == [*REPEATED, "warm"], lines
         finally:
             if producer.returncode is None:

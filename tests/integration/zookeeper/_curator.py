@@ -1,5 +1,5 @@
 """A real Apache Curator peer for the tests: ``curator/CuratorPeer.java``, compiled once
-per test session with ``javac`` against Debian's jars (``libcurator-recipes-java`` 5.4,
+per test run with ``javac`` against Debian's jars (``libcurator-recipes-java`` 5.4,
 ``default-jdk-headless``), run as ``java CuratorPeer <connect string> <session ms>`` and
 driven line by line over its stdin and stdout.
 
@@ -54,6 +54,7 @@ installs them).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -267,8 +268,26 @@ class CuratorPeers:
 
 @pytest.fixture(scope="session")
 def curator_classpath(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The class path of the compiled peer (compiled once per test session)."""
-    return build_peer(tmp_path_factory.mktemp("curator-peer"))
+    """The class path of the compiled peer, compiled once per test run: the xdist workers
+    of a run share one build in the run's base temporary directory, made by the first
+    that needs it while the others wait on a file lock (javac took about 4 s, once per
+    worker). A build that failed is not kept: the next worker tries again, and fails."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's, shared by its workers
+    directory = root / "curator-peer"
+    with (root / "curator-peer.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            built = directory / "classpath.txt"
+            if built.exists():
+                return built.read_text()
+            directory.mkdir(exist_ok=True)
+            classpath = build_peer(directory)
+            built.write_text(classpath)
+            return classpath
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @pytest.fixture
