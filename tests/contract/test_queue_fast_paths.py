@@ -148,6 +148,19 @@ async def test_a_group_whose_answer_was_lost_is_found_done(clients: list[coord.C
     assert await _jobs_left(a, "lost") == []
 
 
+def _count_reads(client: coord.Client) -> list[str]:
+    """The prefixes *client*'s backend lists from now on (reads of a queue's head)."""
+    reads: list[str] = []
+    entries = client.backend.entries
+
+    async def counted(prefix: str, **options: Any) -> Any:
+        reads.append(prefix)
+        return await entries(prefix, **options)
+
+    client.backend.entries = counted  # type: ignore[method-assign]
+    return reads
+
+
 async def test_a_keys_next_job_is_claimed_after_its_ack_without_a_read(
     clients: list[coord.Client],
 ) -> None:
@@ -158,14 +171,7 @@ async def test_a_keys_next_job_is_claimed_after_its_ack_without_a_read(
     queue = a.queue("successor")
     first = await queue.put(b"a1", key="a")
     second = await queue.put(b"a2", key="a")
-    reads: list[str] = []
-    entries = a.backend.entries
-
-    async def counted(prefix: str, **options: Any) -> Any:
-        reads.append(prefix)
-        return await entries(prefix, **options)
-
-    a.backend.entries = counted  # type: ignore[method-assign]
+    reads = _count_reads(a)
     with anyio.fail_after(10):
         async with queue.claim() as job:
             assert job.id == first.id
@@ -187,14 +193,7 @@ async def test_a_keys_jobs_go_on_one_after_another_without_a_read(
     ids = [(await queue.put(f"a{n}".encode(), key="a")).id for n in range(6)]
     other = await queue.put(b"b", key="b")  # claimable all along: not read for either
     monkeypatch.setattr(_stock, "STOCK_FOR", 60.0)  # no read for age on a slow machine
-    reads: list[str] = []
-    entries = a.backend.entries
-
-    async def counted(prefix: str, **options: Any) -> Any:
-        reads.append(prefix)
-        return await entries(prefix, **options)
-
-    a.backend.entries = counted  # type: ignore[method-assign]
+    reads = _count_reads(a)
     claimed: list[str] = []
     with anyio.fail_after(10):
         async with queue.claim() as job:
