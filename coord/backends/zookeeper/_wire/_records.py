@@ -163,7 +163,7 @@ def children2(frame: bytes, offset: int) -> tuple[list[str], ZnodeStat]:
     shape in C (``struct.iter_unpack``): a look at a busy queue lists every job, and
     kazoo's loop of a call per name was about a tenth of the client's CPU on
     ZooKeeper. Any other listing goes through kazoo's loop (where a count of -1, a null
-    list, which no server sends for getChildren2, gives no pair and fails the caller).
+    list, which no server sends for getChildren2, gives no pair: a ProtocolError).
 
     :raises struct.error: if the frame is too short (as kazoo's would)
     """
