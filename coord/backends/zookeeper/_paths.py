@@ -27,7 +27,6 @@ from .._common.limits import check_key
 
 __all__ = [
     "SHARD",
-    "SHARD_NAME",
     "Paths",
     "WaiterName",
     "fence_of_name",
@@ -36,6 +35,7 @@ __all__ = [
     "parse_waiter",
     "sequence_of",
     "shard_dir",
+    "shard_dirs",
     "shard_index",
     "sharded_name",
     "waiter_names",
@@ -97,19 +97,23 @@ def shard_dir(sequence: int) -> str:
     return f"{WAITER_MARK}{sequence // SHARD:08x}"
 
 
-#: The length of a shard directory's name (a listing of thousands of waiters checks this
-#: before calling :func:`shard_index` on each).
-SHARD_NAME = 9
+_SHARD_NAME = 9  # the length of a shard directory's name
 
 
 def shard_index(name: str) -> int | None:
     """The block number of a shard directory's name, or None if it is not one."""
-    if len(name) != SHARD_NAME or name[0] != WAITER_MARK:
+    if len(name) != _SHARD_NAME or name[0] != WAITER_MARK:
         return None
     try:
         return int(name[1:], 16)
     except ValueError:
         return None
+
+
+def shard_dirs(children: list[str]) -> list[str]:
+    """The shard directories among a queue node's *children*, in order. (The length is
+    checked before :func:`shard_index` is called: a listing of thousands of waiters.)"""
+    return sorted(d for d in children if len(d) == _SHARD_NAME and shard_index(d) is not None)
 
 
 def sequence_of(name: str) -> int | None:

@@ -30,13 +30,13 @@ from ._cache import EntryCache
 from ._errors import ANSWERS
 from ._paths import (
     SHARD,
-    SHARD_NAME,
     fence_of_name,
     is_sharded,
     nearest_before,
     parse_waiter,
     sequence_of,
     shard_dir,
+    shard_dirs,
     shard_index,
     sharded_name,
     waiter_names,
@@ -123,9 +123,7 @@ class WaitQueues:
         reaps it)."""
         if any(parse_waiter(child) is not None for child in children):
             return True
-        shards = [
-            f"{node}/{d}" for d in children if len(d) == SHARD_NAME and shard_index(d) is not None
-        ]
+        shards = [f"{node}/{d}" for d in shard_dirs(children)]
         return bool(shards) and any(
             listed and listed[0] for listed in await self._list_many(shards)
         )
@@ -219,9 +217,7 @@ class WaitQueues:
                 return Listing((), 0)
             pzxid = listing[1]
             children = listing[0]
-            shards = sorted(
-                d for d in children if len(d) == SHARD_NAME and shard_index(d) is not None
-            )
+            shards = shard_dirs(children)
             if shards:  # listed after the node: a node moved in between is in one of them
                 for listed in await self._list_many([f"{node}/{d}" for d in shards]):
                     children = children + (listed[0] if listed else [])
@@ -558,7 +554,7 @@ class WaitQueues:
         if listing is None:
             return None
         children = listing[0]
-        shards = sorted(d for d in children if len(d) == SHARD_NAME and shard_index(d) is not None)
+        shards = shard_dirs(children)
         if shards:  # a recovery call: every shard is listed
             for listed in await self._list_many([f"{node}/{d}" for d in shards]):
                 children = children + (listed[0] if listed else [])

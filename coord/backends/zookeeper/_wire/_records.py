@@ -153,9 +153,6 @@ def _multi_result(opcode: int, frame: bytes, offset: int) -> tuple[Any, int]:
     raise ValueError(f"multi: an answer of opcode {opcode}")
 
 
-_INT = struct.Struct(">i")
-
-
 def children2(frame: bytes, offset: int) -> tuple[list[str], ZnodeStat]:
     """The children and stat of a ``getChildren2`` answer at *offset*, as kazoo's
     ``GetChildren2.deserialize`` gives them. A queue's names are all of one length (an id
