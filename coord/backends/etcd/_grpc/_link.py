@@ -71,10 +71,8 @@ _MAX_ANSWERS = 1000
 #: and a read of etcd's for about every second call on a busy connection, and the next
 #: request brought the next PING. RFC 9113, 6.7 asks for no more than that the answer be
 #: sent ("SHOULD" be sent first): a few milliseconds is nothing to a keepalive (etcd's
-#: times out in 20 s), and the probe only learns the round trip a little longer. One
-#: timer at a time sends what waits, and it is not cancelled when a call took the answers
-#: along: a timer per PING would cost about what the writes did.
-_ANSWER_DELAY = 0.02
+#: times out in 20 s), and the probe only learns the round trip a little longer.
+_ANSWER_DELAY = 0.005
 
 
 class Caller(ABC):
@@ -434,11 +432,13 @@ class _Link:
         if not self._later:
             return data
         later, self._later, self._later_count = self._later, b"", 0
+        if self._later_timer is not None:
+            self._later_timer.cancel()
+            self._later_timer = None
         return later + data
 
     def _answer_now(self) -> None:
-        """The PING answers that wait, alone (no call took them along since the first of
-        them came, at most :data:`_ANSWER_DELAY` ago)."""
+        """No call went out within :data:`_ANSWER_DELAY`: the PING answers alone."""
         self._later_timer = None
         if self._later and self._pipe is not None and self.error is None:
             self._pipe.write(self._with_answers(b""))
