@@ -65,8 +65,6 @@ class Script:
         self.reset = anyio.Event()  # the client reset a stream
         self.connections = 0
         self.closed = anyio.Event()  # the client closed (or reset) a connection
-        self.pongs: list[bytes] = []  # the payloads of the client's PING answers
-        self.ponged = anyio.Event()
 
     async def serve(self, stream: SocketStream) -> None:
         self.connections += 1
@@ -83,11 +81,7 @@ class Script:
                     buffer = buffer[len(PREFACE) :]
                 while len(buffer) >= 9 and len(buffer) >= 9 + int.from_bytes(buffer[:3], "big"):
                     length, kind, sid = int.from_bytes(buffer[:3], "big"), buffer[3], buffer[5:9]
-                    flags, payload = buffer[4], buffer[9 : 9 + length]
                     buffer = buffer[9 + length :]
-                    if kind == PING and flags & 1:
-                        self.pongs.append(payload)
-                        self.ponged.set()
                     if kind == HEADERS:
                         self.requests.append(int.from_bytes(sid, "big"))
                         await stream.send(self.answer(self.requests[-1]))

@@ -65,14 +65,6 @@ _MAX_STREAM_ID = 2**31 - 1
 #: 1,000 such answers (``max_outbound_ack``); Go's HTTP/2 server, at 10,000 queued
 #: control frames of every kind.
 _MAX_ANSWERS = 1000
-#: Seconds a PING's answer may wait to go out with the next call's frames (one write, not
-#: a system call of its own). etcd's server sends a PING (grpc-go's bandwidth probe) on
-#: reading a request, whenever none is out; answered at once, that was a write of its own
-#: and a read of etcd's for about every second call on a busy connection, and the next
-#: request brought the next PING. RFC 9113, 6.7 asks for no more than that the answer be
-#: sent ("SHOULD" be sent first): a few milliseconds is nothing to a keepalive (etcd's
-#: times out in 20 s), and the probe only learns the round trip a little longer.
-_ANSWER_DELAY = 0.005
 
 
 class Caller(ABC):
@@ -179,9 +171,6 @@ class _Link:
         self._paused = False  # the transport's buffer is full: writes wait (see below)
         self._answers = 0  # PING and SETTINGS answered while paused
         self._to_answer: list[bytes] = []  # answers to the frames being read, in order
-        self._later = b""  # PING answers waiting for the next write (see _ANSWER_DELAY)
-        self._later_count = 0
-        self._later_timer: Timer | None = None
         self._held_since: float | None = None  # see _hold
         self._timers = channel.timers
         self._stall: Timer | None = None
@@ -223,11 +212,10 @@ class _Link:
     def _fail(self, error: RpcError) -> None:
         if self.error is None:
             self.error = error
-        for timer in (self._ping, self._ping_due, self._stall, self._later_timer):
+        for timer in (self._ping, self._ping_due, self._stall):
             if timer is not None:
                 timer.cancel()
-        self._ping = self._ping_due = self._stall = self._later_timer = None
-        self._later, self._later_count = b"", 0
+        self._ping = self._ping_due = self._stall = None
         streams, self._streams = self._streams, {}
         self._blocked.clear()
         for stream in streams.values():
@@ -300,11 +288,11 @@ class _Link:
             self._send_window -= len(body)
             stream.send_window -= len(body)
             stream.ended_local = True
-            self._pipe.write(self._with_answers(headers + frame(DATA, END_STREAM, sid, body)))
+            self._pipe.write(headers + frame(DATA, END_STREAM, sid, body))
             if self._held_since is not None:
                 self._progressed()
         else:
-            self._pipe.write(self._with_answers(headers))
+            self._pipe.write(headers)
             if body is not None:
                 self.send(stream, body, end=True)
         if self._ping is None and self._ping_due is None:
@@ -406,8 +394,7 @@ class _Link:
         the connection if it asked for more than :data:`_MAX_ANSWERS` in this read, or
         while it does not read."""
         self._to_answer.append(frame)
-        waiting = len(self._to_answer) + self._later_count
-        if waiting + (self._answers if self._paused else 0) > _MAX_ANSWERS:
+        if len(self._to_answer) + (self._answers if self._paused else 0) > _MAX_ANSWERS:
             self.abort(
                 f"etcd sent over {_MAX_ANSWERS} PING or SETTINGS frames at once or "
                 "without reading their answers (a flood)"
@@ -418,30 +405,7 @@ class _Link:
         if self._paused:
             self._answers += len(answers)
         assert self._pipe is not None
-        if all(answer[3] == PING for answer in answers):
-            # With the next call's frames, or within _ANSWER_DELAY s.
-            self._later += b"".join(answers)
-            self._later_count += len(answers)
-            if self._later_timer is None:
-                self._later_timer = self._timers.call_later(_ANSWER_DELAY, self._answer_now)
-            return
-        self._pipe.write(self._with_answers(b"".join(answers)))
-
-    def _with_answers(self, data: bytes) -> bytes:
-        """*data*, after the PING answers that wait (see :data:`_ANSWER_DELAY`)."""
-        if not self._later:
-            return data
-        later, self._later, self._later_count = self._later, b"", 0
-        if self._later_timer is not None:
-            self._later_timer.cancel()
-            self._later_timer = None
-        return later + data
-
-    def _answer_now(self) -> None:
-        """No call went out within :data:`_ANSWER_DELAY`: the PING answers alone."""
-        self._later_timer = None
-        if self._later and self._pipe is not None and self.error is None:
-            self._pipe.write(self._with_answers(b""))
+        self._pipe.write(b"".join(answers) if len(answers) > 1 else answers[0])
 
     # What the calls send can wait on the server: for its flow-control windows (a DATA
     # frame held back), for room under its limit of streams (a stream queued), or for it
