@@ -17,9 +17,9 @@ means "create it" (and then "node exists" means "set it").
 
 A multi that creates ephemeral nodes is sent only on the lease's own session (an expired
 one may have been replaced under us: then nothing is sent and SessionExpiredError is
-raised), so its nodes are the lease's. Their czxid is the multi's zxid, which the stat of
-a set in the same multi tells (a claim: the job's update beside the claim's create); a
-multi with no set reads its new nodes once after the commit (pipelined) for it.
+raised), so its nodes are the lease's. Their czxid is the multi's zxid, which the
+answer's header tells (and the stat of a set in the same multi); only an answer without
+one reads its new nodes back.
 """
 
 from __future__ import annotations
@@ -161,16 +161,19 @@ class Transactions:
     def _known(
         self, ops: Sequence[Op], results: list[Any], owners: dict[int, int], session: int
     ) -> tuple[Entry | None, ...] | None:
-        """The entries of a committed multi without reading its new nodes back, when the
-        answer tells all: every operation of a multi is one transaction with one zxid, so a
-        set's stat (its ``mzxid``) is the czxid of the nodes created beside it, and an
-        ephemeral one belongs to the session the multi was sent on (:func:`_on_session`).
-        None when no set is in the multi (a create's answer has no stat on ZooKeeper 3.8):
-        the caller reads."""
-        zxid = next(
-            (r.mzxid for op, r in zip(ops, results, strict=True) if isinstance(op, Update)), None
+        """The entries of a committed multi without reading its new nodes back: every
+        operation of a multi is one transaction with one zxid, which the answer's header
+        carries (:class:`~._wire.MultiResults`), as does a set's stat (its ``mzxid``); it
+        is the czxid of the nodes the multi created, and an ephemeral one belongs to the
+        session the multi was sent on (:func:`_on_session`). None when the answer told no
+        zxid: the caller reads.
+
+        Reading back is not only a request more: a worker may claim and ack a new job
+        before the read, and a put that was done would be told "unknown"."""
+        zxid = getattr(results, "zxid", 0) or next(
+            (r.mzxid for op, r in zip(ops, results, strict=True) if isinstance(op, Update)), 0
         )
-        if zxid is None:
+        if not zxid:
             return None
         out: list[Entry | None] = []
         for i, (op, result) in enumerate(zip(ops, results, strict=True)):

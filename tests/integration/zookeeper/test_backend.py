@@ -306,6 +306,50 @@ async def test_a_claim_shaped_multi_tells_its_new_node_without_reading_it(
     assert job_stat.mzxid == stat.czxid
 
 
+async def test_a_multi_of_creates_alone_is_answered_with_no_read_back(
+    bare: ZooKeeperBackend, zookeeper_server: ZooKeeperServer
+) -> None:
+    """A put's multi (a job and its id marker, no set beside them) takes the new nodes'
+    czxid from the answer's header: no read follows. A read would find the job gone if
+    a fast worker had claimed and acked it meanwhile, and the put, done, was told
+    "unknown" (a clean-clone CI failure of test_queue_crash)."""
+    lease = await bare.grant(5)
+    await bare.transact([Create("p/", "@j" + uuid.uuid4().hex, b"")])  # (the parents)
+    await bare.transact([Create("i/", "@i" + uuid.uuid4().hex, b"")])
+    reads: list[object] = []
+    read = bare._multi._queues.read
+
+    async def counting(
+        prefix: str, names: Any, *, watch: bool = False, cached: bool = False
+    ) -> Any:
+        reads.append(names)
+        return await read(prefix, names, watch=watch, cached=cached)
+
+    bare._multi._queues.read = counting  # type: ignore[method-assign]
+    try:
+        result = await bare.transact(
+            [
+                Create("p/", "@j" + uuid.uuid4().hex, b"job"),
+                Create("i/", "@i" + uuid.uuid4().hex, b"marker"),
+                Create("i/", "@e" + uuid.uuid4().hex, b"mine", lease),
+            ]
+        )
+    finally:
+        del bare._multi._queues.read
+    assert reads == []
+    assert result is not None
+    async with raw_client(zookeeper_server.endpoint) as observer:
+        for entry, value, owner in zip(
+            result, (b"job", b"marker", b"mine"), (0, 0, lease.id), strict=True
+        ):
+            assert entry is not None
+            data, stat = await observer.get_data(bare._paths.path(entry.key))
+            assert (entry.revision, entry.value, entry.lease) == (stat.czxid, value, owner)
+            assert data == value
+        # All three are one transaction: one czxid.
+        assert len({entry.revision for entry in result if entry is not None}) == 1
+
+
 async def test_a_multi_is_not_sent_on_a_session_its_lease_is_not(
     bare: ZooKeeperBackend,
 ) -> None:

@@ -198,6 +198,33 @@ async def test_multi(zk: WireClient) -> None:
     assert await zk.get_children("/m") == ["s-0000000001"]
 
 
+async def test_a_multis_answer_carries_its_zxid_the_czxid_of_its_new_nodes(
+    zk: WireClient, hosts: Hosts, chroot: str
+) -> None:
+    """Without a set beside them, a multi's creates are answered with no stat: the
+    header's zxid is their czxid, also while other sessions write at the same time (the
+    server applies one write at a time and answers with the last applied zxid)."""
+    await zk.create("/z", b"")
+    made: list[tuple[str, int]] = []
+
+    async def writer(client: WireClient, name: str) -> None:
+        for _ in range(40):
+            results = await client.multi([create_op(f"/z/{name}-", b"x", sequence=True)])
+            made.append((results[0][0], results.zxid))
+
+    async with WireClient(hosts, session_timeout=5, chroot=chroot) as other:
+        async with anyio.create_task_group() as tg:
+            for i in range(3):
+                tg.start_soon(writer, zk, f"a{i}")
+                tg.start_soon(writer, other, f"b{i}")
+    assert len(made) == 240
+    for path, zxid in made:
+        _, stat = await zk.get_data(path)
+        assert zxid == stat.czxid, path
+    results = await zk.multi([create_op("/z/c"), set_data_op("/z", b"1")])
+    assert results.zxid == results[1].mzxid == (await zk.get_data("/z/c"))[1].czxid
+
+
 # -- watches ----------------------------------------------------------------------------
 
 

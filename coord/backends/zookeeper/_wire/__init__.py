@@ -17,11 +17,13 @@ from ._client import WireClient
 from ._errors import MultiFailed, ProtocolError
 from ._ops import check_op, create_op, delete_op, set_data_op
 from ._pending import Reply
+from ._records import MultiResults
 from ._session import State, StateListener
 from ._watches import WatchCallback, Watcher
 
 __all__ = [
     "MultiFailed",
+    "MultiResults",
     "ProtocolError",
     "Reply",
     "State",

@@ -41,7 +41,7 @@ from kazoo.protocol.states import KeeperState
 
 from ._errors import MultiFailed
 from ._ops import create_op, with_path
-from ._records import Multi
+from ._records import Multi, MultiResults
 from ._session import Session, State
 from ._watches import Arming, Kind, Watches
 
@@ -320,18 +320,21 @@ class WireClient(AsyncResource):
         synced = await self._call(Sync(self._path(path)))
         return self._unchroot(synced)
 
-    async def multi(self, ops: Sequence[Any]) -> list[Any]:
+    async def multi(self, ops: Sequence[Any]) -> MultiResults:
         """Apply *ops* (from :mod:`._ops`) all or none; one result per operation:
         ``(path, stat or None)`` for a create (ZooKeeper 3.8 gives no stat there),
-        True for a delete or check, a stat for a set.
+        True for a delete or check, a stat for a set; and, as ``zxid``, the
+        transaction's zxid (the czxid of the nodes it created; see MultiResults).
 
         :raises MultiFailed: if one failed (nothing was applied); it names which
         """
         request = Multi([with_path(op, self._path(op.path)) for op in ops])
-        results: list[Any] = await self._call(request)
+        results: MultiResults = await self._call(request)
         if any(isinstance(result, Exception) for result in results):
             raise MultiFailed(results)
-        return [self._multi_result(op, r) for op, r in zip(ops, results, strict=True)]
+        out = MultiResults(self._multi_result(op, r) for op, r in zip(ops, results, strict=True))
+        out.zxid = results.zxid
+        return out
 
     # -- requests sent without waiting ---------------------------------------------------
 

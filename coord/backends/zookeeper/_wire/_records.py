@@ -40,6 +40,7 @@ __all__ = [
     "SEQUENCE",
     "CreateContainer",
     "Multi",
+    "MultiResults",
     "SetWatches",
     "children2",
     "set_watches_batches",
@@ -102,6 +103,19 @@ def set_watches_batches(
         yield SetWatches(zxid, *batch)
 
 
+class MultiResults(list):  # type: ignore[type-arg]
+    """The results of a multi, one per operation, and the zxid its answer carried.
+
+    :ivar zxid: the reply header's zxid. For a committed multi it is the multi's own
+        transaction's, and so the czxid of every node it created: the server puts its
+        last applied zxid in the header right after applying the request, and applies
+        one write at a time (ZooKeeper's CommitProcessor lets "only a single write
+        request" through at once; a standalone server has one thread). 0 if unknown.
+    """
+
+    zxid: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class Multi:
     """multi: several operations (kazoo records: Create, CreateContainer, Delete,
@@ -120,11 +134,11 @@ class Multi:
         return b"".join(parts)
 
     @classmethod
-    def deserialize(cls, frame: bytes, offset: int) -> list[Any]:
+    def deserialize(cls, frame: bytes, offset: int) -> MultiResults:
         """One result per operation: a path (create), a ``(path, stat)`` (create2,
         container), True (delete, check), a stat (set data), or an exception instance
-        (kazoo's, for that operation's error code)."""
-        results: list[Any] = []
+        (kazoo's, for that operation's error code). The reader sets the zxid."""
+        results = MultiResults()
         while True:
             opcode, done, _ = _MULTI_HEADER.unpack_from(frame, offset)
             offset += _MULTI_HEADER.size

@@ -37,7 +37,7 @@ from ._framing import (
     reply_header,
 )
 from ._pending import InFlight, Reply
-from ._records import children2
+from ._records import MultiResults, children2
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -117,6 +117,8 @@ class Replies:
         request, arming = sent.request, sent.arming
         if err == 0:
             value = _decoded(request, frame)
+            if type(value) is MultiResults:
+                value.zxid = zxid
             if arming is not None:
                 self._watches.arm(arming)
             sent.reply.resolve(value)
