@@ -30,9 +30,9 @@ from typing import Any
 
 import grpc
 from aetcd import rpc
+from queue_bench import CLIENTS, PAYLOAD, _done, _kazoo
 
 from coord.testing import EtcdServer, ZooKeeperServer
-from queue_bench import CLIENTS, PAYLOAD, _done, _kazoo
 
 SHAPES = ("floor", "now", "session", "now+merged", "session+merged")
 _EQ = rpc.Compare.CompareResult.EQUAL

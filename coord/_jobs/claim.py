@@ -37,15 +37,25 @@ from .._core.exceptions import (
 from .._locks.hold import Hold
 from ..abc import ChangeKind, Create, Entry, Position, Update
 from . import records as _records
+from .commit import apply
 from .endings import release_soon, resolve_soon
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
 
     from .._sessions.session import Session
-    from ..abc import Backend, Listing, Op
+    from ..abc import Backend, Lease, Listing, Op
+    from .commit import Answer
 
-__all__ = ["ClaimHold", "Pick", "choose_many", "claim", "rank", "wait_for_change"]
+__all__ = [
+    "ClaimHold",
+    "Pick",
+    "choose_many",
+    "claim",
+    "claim_with",
+    "rank",
+    "wait_for_change",
+]
 
 
 class ClaimHold(Hold):
@@ -115,16 +125,14 @@ def choose_many(
     return picks, wake_at
 
 
-async def claim(
-    session: Session, name: str, claims: str, pick: Pick, identity: dict[str, object]
-) -> tuple[ClaimHold, Entry] | None:
-    """Claim the job *pick* names, on *session*: ``(hold, updated job entry)``, or None
-    if it could not be had (someone else claimed it, or the outcome was unknown: then
-    whatever claim was made is deleted and the job can be claimed again)."""
+def _claim_ops(
+    claims: str, pick: Pick, identity: dict[str, object], lease: Lease
+) -> tuple[str, _records.State, list[Op]]:
+    """The claim of *pick* on *lease*: its claim id, the job's new header, and the
+    transaction's operations (the header guarded by the job's version as read, and the
+    claim entry on the lease)."""
     assert pick.entry is not None
     assert pick.state is not None
-    backend = session.backend
-    lease = session.check()
     claim_id = f"@c{uuid.uuid4().hex}"
     value = json.dumps({**identity, "job": pick.state.id}, separators=(",", ":"))
     header = pick.state.with_(claim=claim_id[2:])  # as id_of() reads it from the key
@@ -132,6 +140,28 @@ async def claim(
         Update(pick.entry, _records.encode(header, pick.payload)),
         Create(claims, claim_id, value.encode(), lease),
     ]
+    return claim_id, header, ops
+
+
+def _granted(name: str, session: Session, pick: Pick, claimed: Entry) -> ClaimHold:
+    assert pick.state is not None
+    hold = ClaimHold(
+        f"{name} job {pick.state.id}", session, Position(claimed, (), claimed.revision)
+    )
+    hold._grant()
+    return hold
+
+
+async def claim(
+    session: Session, name: str, claims: str, pick: Pick, identity: dict[str, object]
+) -> tuple[ClaimHold, Entry] | None:
+    """Claim the job *pick* names, on *session*: ``(hold, updated job entry)``, or None
+    if it could not be had (someone else claimed it, or the outcome was unknown: then
+    whatever claim was made is deleted and the job can be claimed again)."""
+    assert pick.entry is not None
+    backend = session.backend
+    lease = session.check()
+    claim_id, header, ops = _claim_ops(claims, pick, identity, lease)
     provisional = Entry(claims + claim_id, lease=lease.id)
     job_entry = pick.entry
     unknown: list[Exception] = []  # the transaction raised: its outcome is unknown
@@ -167,11 +197,73 @@ async def claim(
     job, claimed = result
     assert job is not None
     assert claimed is not None
-    hold = ClaimHold(
-        f"{name} job {pick.state.id}", session, Position(claimed, (), claimed.revision)
-    )
-    hold._grant()
-    return hold, job
+    return _granted(name, session, pick, claimed), job
+
+
+async def claim_with(
+    session: Session,
+    name: str,
+    claims: str,
+    pick: Pick,
+    identity: dict[str, object],
+    ending: Sequence[Op],
+    ended: tuple[Entry, Entry],
+    late: Callable[[Answer | None], None],
+) -> tuple[Answer | None, tuple[ClaimHold, Entry] | None]:
+    """The *ending* of a worker's claim (an ack) and the claim of *pick* for its next
+    job, as one transaction: one request where there were two, and requests are most of
+    what a job costs the store (``benchmarks/claim_shapes.py``).
+
+    It runs in a task of the session, as an ending alone does (:func:`commit.apply`):
+    its caller waits shielded, up to the TTL, and cancelling it does not stop it. If the
+    store refused it, it applied neither, and the ending is sent alone: its own answer
+    is the truth. With no answer, a claim it may have made is given back (no attempt
+    counted), and the ending is read back (*ended*: its claim and job entries). If the
+    caller went away, what was claimed for it is given back too, and *late* is told the
+    ending's answer when it comes (None: unknown).
+
+    :returns: the ending's answer (None: none within the TTL, the task goes on), and
+        ``(hold, updated job entry)`` if the claim was made
+    """
+    assert pick.entry is not None
+    backend = session.backend
+    lease = session.check()
+    claim_id, header, ops = _claim_ops(claims, pick, identity, lease)
+    provisional = Entry(claims + claim_id, lease=lease.id)
+    job_entry = pick.entry
+
+    def give_back() -> None:
+        resolve_soon(session, job_entry, claims, claim_id, provisional)
+
+    async def work() -> tuple[Answer, tuple[Entry | None, ...] | None]:
+        try:
+            result = await backend.transact([*ending, *ops])
+        except Exception:  # (also cancelled with the session: undo gives it back)
+            give_back()  # it may have been applied
+            return await apply(session, list(ending), *ended, unknown=True), None
+        if result is None:  # neither applied
+            return await apply(session, list(ending), *ended), None
+        return "done", result
+
+    def undo(got: tuple[Answer, tuple[Entry | None, ...] | None] | None) -> None:
+        # The caller went away: nobody takes the job claimed for it.
+        result = got[1] if got is not None else None
+        if result is not None and result[-2] is not None and result[-1] is not None:
+            release_soon(session, result[-2], header, pick.payload, result[-1])
+        elif got is None:
+            give_back()
+        late(got[0] if got is not None else None)
+
+    got = await session.settle(work, undo=undo)
+    if got is None:
+        return None, None
+    answer, result = got
+    if result is None:
+        return answer, None
+    job, claimed = result[-2], result[-1]
+    assert job is not None
+    assert claimed is not None
+    return answer, (_granted(name, session, pick, claimed), job)
 
 
 async def wait_for_change(

@@ -29,10 +29,21 @@ from . import records as _records
 from .commit import apply
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from .._locks.hold import Hold
     from .._sessions.session import Session
     from ..abc import Entry, Op
+    from .commit import Answer
     from .records import Job
+
+    #: Sends an ack with the worker's next claim (``Looker.ack_and_claim``): given the
+    #: ack's operations and how to log an answer its caller did not wait for, the ack's
+    #: answer (None: none within the TTL; "unsent": it was not sent so, and goes alone).
+    Then = Callable[
+        [list[Op], Callable[[Answer | None], None]],
+        Awaitable[Answer | Literal["unsent"] | None],
+    ]
 
 __all__ = [
     "Exhausted",
@@ -64,12 +75,18 @@ class RetryPolicy:
 
 
 async def end_claim(
-    job: Job, exc: BaseException | None, retry: RetryPolicy, *, cut_short: bool = False
+    job: Job,
+    exc: BaseException | None,
+    retry: RetryPolicy,
+    *,
+    cut_short: bool = False,
+    then: Then | None = None,
 ) -> None:
     """End *job*'s claim: ack if *exc* is None, retry/park/dead-letter for an Exception,
     release as it was for a cancellation or a deferred job.
 
     :param cut_short: the body was cancelled because the claim was lost
+    :param then: sends an ack with the worker's next claim (``queue.run()``)
     :raises ClaimLost: if the claim had been lost (``outcome="not done"``), the store
         refused the ending (``"not done"``), or its outcome is unknown (``"unknown"``);
         not for a cancelled block, whose cancellation propagates as it is
@@ -101,7 +118,13 @@ async def end_claim(
     )
     what = "ack" if exc is None else "release"
     try:
-        outcome = await _end(session, ops, hold, job, what)
+        answer = (
+            "unsent" if then is None or exc is not None else await then(ops, _late(what, job, hold))
+        )
+        if answer == "unsent":
+            outcome = await _end(session, ops, hold, job, what)
+        else:
+            outcome = _outcome(answer)
     finally:
         if exc is not None and job._given_back is not None:
             job._given_back()  # retried in place: it may be claimable at once
@@ -118,7 +141,23 @@ async def _end(session: Session, ops: list[Op], hold: Hold, job: Job, what: str)
     unknown only because the answer took longer than the TTL, the task goes on and logs
     the answer when it comes."""
 
-    def late(answer: str | None) -> None:
+    late = _late(what, job, hold)
+    answer = await session.settle(lambda: apply(session, ops, hold.entry, job._entry), undo=late)
+    return _outcome(answer)
+
+
+def _outcome(answer: Answer | None) -> Outcome:
+    """The outcome of an ending from the answer of its transaction (None: none came
+    within the TTL)."""
+    if answer == "done":
+        return "done"
+    return "not done" if answer == "refused" else "unknown"
+
+
+def _late(what: str, job: Job, hold: Hold) -> Callable[[Answer | None], None]:
+    """Logs the answer to an ending whose worker did not wait for it."""
+
+    def late(answer: Answer | None) -> None:
         _log.warning(
             "%s of job %s (claim fence %d), whose answer its worker did not wait for: %s",
             what,
@@ -127,10 +166,7 @@ async def _end(session: Session, ops: list[Op], hold: Hold, job: Job, what: str)
             _LATE.get(answer or "lost", "still unknown (the session was lost with it)"),
         )
 
-    answer = await session.settle(lambda: apply(session, ops, hold.entry, job._entry), undo=late)
-    if answer == "done":
-        return "done"
-    return "not done" if answer == "refused" else "unknown"
+    return late
 
 
 _LATE = {"done": "it was applied", "refused": "the store refused it: not applied"}

@@ -59,9 +59,13 @@ from .records import Job
 from .stock import Stock
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Literal
+
     from .._locks.hold import Hold
     from .._sessions.session import Session, SessionSource
-    from ..abc import Backend, Entry, Listing
+    from ..abc import Backend, Entry, Listing, Op
+    from .commit import Answer
     from .endings import RetryPolicy
 
 __all__ = ["IDLE_WATCHERS", "Looker", "looker_for"]
@@ -291,17 +295,72 @@ class Looker:
             session.declare_lost("the store refused a request on the session's lease")
             job = None
         finally:
-            del self._claiming[key]
-            if self._reading:
-                self._claimed_meanwhile.add(key)
-            if not self._claiming and self._claims_ended is not None:
-                self._claims_ended.set()
-                self._claims_ended = None
+            self._claimed_own(key)
+        self._counted(job is not None)
+        return job
+
+    async def ack_and_claim(
+        self,
+        session: Session,
+        ack: list[Op],
+        ended: tuple[Entry, Entry],
+        late: Callable[[Answer | None], None],
+    ) -> tuple[Answer | Literal["unsent"] | None, Job | None]:
+        """Send *ack* (of a worker's job: its claim and job entries *ended*) with the
+        claim of the worker's next job, from the stock, as one transaction
+        (:func:`coord._jobs.claim.claim_with`): ``queue.run()``, whose worker claims again
+        as soon as it has acked. Only when a worker back for a job would claim that one
+        in its own task (:meth:`next`): nobody of its client waits before it, and the
+        stock holds a job that was never claimed, read on *session*.
+
+        :returns: the ack's answer ("unsent": not sent so, send it alone; None: none
+            within the TTL), and the next job, claimed, or None
+        """
+        if self._waiters:
+            return "unsent", None
+        stocked = self._pick()
+        if stocked is None:
+            return "unsent", None
+        picked_on, pick = stocked
+        assert pick.entry is not None
+        assert pick.state is not None
+        if picked_on is not session or pick.state.claim is not None:
+            self._stock.picks.insert(0, pick)  # claimed alone, after a lost attempt
+            return "unsent", None
+        key = pick.entry.key
+        self._claiming[key] = None
+        identity = {**self._source.identity, "looker": self._stock.token}
+        prefix = self._stock.claims_prefix
+        try:
+            answer, got = await _claiming.claim_with(
+                session, self._name, prefix, pick, identity, ack, ended, late
+            )
+        finally:
+            self._claimed_own(key)
+        self._counted(got is not None or answer in (None, "lost"))  # (else: had first)
+        if got is None:
+            return answer, None
+        hold, entry = got
+        if hold.lost:
+            _abandon(hold, entry, pick)
+            return answer, None
+        return answer, self._job_of(session, pick, hold, entry)
+
+    def _claimed_own(self, key: str) -> None:
+        """A worker's claim of the job stored at *key*, in its own task, has ended."""
+        del self._claiming[key]
+        if self._reading:
+            self._claimed_meanwhile.add(key)
+        if not self._claiming and self._claims_ended is not None:
+            self._claims_ended.set()
+            self._claims_ended = None
+
+    def _counted(self, claimed: bool) -> None:
+        """Count a claim of a worker in its own task (and a conflict, if not *claimed*)."""
         self._own_claims += 1
-        if job is None:
+        if not claimed:
             self._own_conflicts += 1
             self._stock.conflicted(self._own_conflicts, self._own_claims)
-        return job
 
     async def _own_claims_ended(self) -> None:
         """Wait until no worker claims in its own task (at once if none does)."""
@@ -387,6 +446,14 @@ class Looker:
         if hold.lost:
             _abandon(hold, entry, pick)
             return None
+        return self._job_of(session, pick, hold, entry)
+
+    def _job_of(
+        self, session: Session, pick: _claiming.Pick, hold: _claiming.ClaimHold, entry: Entry
+    ) -> Job:
+        """The job *pick*, claimed on *session* (*hold*; its entry as updated, *entry*)."""
+        assert pick.entry is not None
+        assert pick.state is not None
         job = Job(hold, entry, pick.state.with_(claim=None), pick.payload)
         job._acked = partial(self._stock.acked, session, pick.entry.key)
         job._given_back = self._stock.drop

@@ -23,6 +23,7 @@ from __future__ import annotations
 import signal
 import uuid
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, TypeVar
 
 import anyio
@@ -45,14 +46,17 @@ from .looker import looker_for
 from .put import Options, Putter, check_job_id, check_options
 from .records import DeadLetter, Job, JobRef, NewJob
 from .removing import Remover
-from .worker import RunStats, check_run, run_workers
+from .worker import Carry, RunStats, check_run, run_workers
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
     from types import TracebackType
+    from typing import Literal
 
     from .._sessions.session import SessionSource
     from ..abc import Op
+    from .commit import Answer
+    from .endings import Then
     from .removing import CancelOutcome
 
 __all__ = ["Claiming", "Exhausted", "Job", "KeyStats", "Queue", "QueueStats"]
@@ -350,7 +354,7 @@ class Queue:
         concurrency, seconds, numbers = check_run(handler, concurrency, grace, signals)
         return await run_workers(
             self._name,
-            self.claim,
+            partial(Claiming, self),
             self._retry,
             handler,
             concurrency=concurrency,
@@ -517,10 +521,12 @@ class Claiming:
     ``claim()`` again for the next job.
     """
 
-    def __init__(self, queue: Queue) -> None:
+    def __init__(self, queue: Queue, carry: Carry | None = None) -> None:
         self._queue = queue
         self._job: Job | None = None
         self._timeout: float | None = None
+        # run()'s worker: its next job is claimed with this one's ack, and carried over.
+        self._carry = carry
 
     def __repr__(self) -> str:
         return f"<coord.Queue.claim {self._queue.name!r} job={self._job!r}>"
@@ -528,7 +534,12 @@ class Claiming:
     async def __aenter__(self) -> Job:
         if self._job is not None:
             raise RuntimeError("this claim() is already in use: call claim() again")
-        job = self._job = await self._queue._claim()
+        carry = self._carry
+        if carry is not None and carry.job is not None:
+            job, carry.job = carry.job, None  # claimed with the last ack
+        else:
+            job = await self._queue._claim()
+        self._job = job
         job._hold._enter_body()
         timeout = self._timeout = job._state.timeout or self._queue._timeout
         if timeout is not None:
@@ -569,8 +580,27 @@ class Claiming:
             await end_claim(job, error, self._queue._retry)
             raise error from None
         exc = None if swallowed else exc_val
-        await end_claim(job, exc, self._queue._retry, cut_short=swallowed)
+        await end_claim(job, exc, self._queue._retry, cut_short=swallowed, then=self._then(job))
         return swallowed
+
+    def _then(self, job: Job) -> Then | None:
+        """How to send *job*'s ack with the claim of the worker's next job, if the
+        worker (``run()``'s) will claim again."""
+        carry = self._carry
+        if carry is None or not carry.wanted():
+            return None
+        looker = looker_for(self._queue._source, self._queue._name)
+        hold = job._hold
+
+        async def then(
+            ack: list[Op], late: Callable[[Answer | None], None]
+        ) -> Answer | Literal["unsent"] | None:
+            answer, carry.job = await looker.ack_and_claim(
+                hold.session, ack, (hold.entry, job._entry), late
+            )
+            return answer
+
+        return then
 
 
 def _check_options(

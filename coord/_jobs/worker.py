@@ -38,6 +38,7 @@ from .._core.exceptions import (
     JobTimeout,
     SessionExpiredError,
 )
+from .endings import release_soon
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     from .endings import RetryPolicy
     from .records import Job
 
-__all__ = ["RunStats", "check_run", "run_workers"]
+__all__ = ["Carry", "RunStats", "check_run", "run_workers"]
 
 _log = logging.getLogger("coord")
 
@@ -99,17 +100,45 @@ def check_run(
     return workers, seconds, tuple(numbers)
 
 
+class Carry:
+    """A worker's next job, claimed with the ack of its last one (one transaction, see
+    :func:`coord._jobs.claim.claim_with`): the worker of ``run()`` claims again as soon
+    as it has acked, unless it stops.
+
+    :ivar job: the job claimed so, until the worker's next claim takes it
+    """
+
+    __slots__ = ("job", "wanted")
+
+    def __init__(self, wanted: Callable[[], bool]) -> None:
+        self.job: Job | None = None
+        self.wanted = wanted  # whether the worker will claim again
+
+    def give_back(self) -> None:
+        """Give back a job carried over that no claim will take (the worker stopped), as
+        it was: no attempt counted. Not a checkpoint."""
+        job, self.job = self.job, None
+        if job is not None:
+            hold = job._hold
+            hold._finish()
+            release_soon(hold.session, job._entry, job._state, job.payload, hold.entry)
+            if job._given_back is not None:
+                job._given_back()
+
+
 class _Slot:
     """One worker: the scope its claim runs in, the job it holds (None while it waits
-    for one), and the handler's own exception, if it raised."""
+    for one), the handler's own exception, if it raised, and its next job, if it was
+    claimed with the last ack."""
 
-    __slots__ = ("failures", "job", "raised", "scope")
+    __slots__ = ("carry", "failures", "job", "raised", "scope")
 
-    def __init__(self) -> None:
+    def __init__(self, carry: Carry) -> None:
         self.failures = 0  # claims that failed in a row (see _claim_failed)
         self.scope: anyio.CancelScope | None = None
         self.job: Job | None = None
         self.raised: Exception | None = None
+        self.carry = carry
 
 
 class _Workers:
@@ -118,7 +147,7 @@ class _Workers:
     def __init__(
         self,
         name: str,
-        claim: Callable[[], AbstractAsyncContextManager[Job]],
+        claim: Callable[[Carry], AbstractAsyncContextManager[Job]],
         retry: RetryPolicy,
         handler: Callable[[Job], Awaitable[object]],
         concurrency: int,
@@ -127,7 +156,7 @@ class _Workers:
         self._claim = claim
         self._retry = retry
         self._handler = handler
-        self._slots = [_Slot() for _ in range(concurrency)]
+        self._slots = [_Slot(Carry(self._claiming)) for _ in range(concurrency)]
         self.counts = {"acked": 0, "failed": 0, "lost": 0, "released": 0}
         self.why = ""  # why they stop; "" until they do
         self.ended = anyio.Event()  # every worker has ended
@@ -164,9 +193,15 @@ class _Workers:
             if slot.scope is not None:
                 slot.scope.cancel()
 
+    def _claiming(self) -> bool:
+        return not self.why
+
     async def _work(self, slot: _Slot) -> None:
-        while not self.why:
-            await self._one(slot)
+        try:
+            while not self.why:
+                await self._one(slot)
+        finally:
+            slot.carry.give_back()  # claimed with the last ack, as the workers stopped
 
     async def _one(self, slot: _Slot) -> None:
         """Claim one job and run the handler on it; count and log how it ended."""
@@ -174,7 +209,7 @@ class _Workers:
         try:
             with anyio.CancelScope() as slot.scope:
                 try:
-                    async with self._claim() as job:
+                    async with self._claim(slot.carry) as job:
                         slot.job, slot.failures = job, 0
                         await self._run(slot, job)
                 except ClaimLost as exc:
@@ -255,7 +290,7 @@ class _Workers:
 
 async def run_workers(
     name: str,
-    claim: Callable[[], AbstractAsyncContextManager[Job]],
+    claim: Callable[[Carry], AbstractAsyncContextManager[Job]],
     retry: RetryPolicy,
     handler: Callable[[Job], Awaitable[object]],
     *,

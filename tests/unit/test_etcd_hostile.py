@@ -127,7 +127,14 @@ async def test_a_peer_that_floods_and_never_reads_is_dropped_with_bounded_memory
     assert buffered
     assert max(buffered) < 1024 * 1024, f"{max(buffered):,} bytes buffered"
     assert took
-    assert max(took) < 0.1, f"the other client's calls took up to {max(took):.3f} s"
+    # The flood stalled the process for seconds before. One call of ~400 may be slow on
+    # a loaded machine (0.18 s once in a clean-clone CI, four test workers on 2 cores):
+    # the bound is on the typical call, and a stall of half a second fails.
+    took.sort()
+    assert took[len(took) // 2] < 0.05, (
+        f"the other client's median call: {took[len(took) // 2]:.3f} s"
+    )
+    assert took[-1] < 0.5, f"the other client's calls took up to {took[-1]:.3f} s"
     # Nothing runs once the call has failed: no busy loop around the dropped connection.
     cpu = time.process_time()
     await anyio.sleep(0.5)
