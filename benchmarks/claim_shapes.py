@@ -222,11 +222,11 @@ async def run(store: str, server: Any, jobs: int, workers: int, rounds: int) -> 
     base = _median([r[0] for r in results["floor"]]), _median([r[1] for r in results["floor"]])
     print(f"{store}, {workers} workers on {CLIENTS} connections, {jobs} jobs, {rounds} rounds:")
     for shape, rows in results.items():
-        rate, store_us, client_us, requests = (_median([r[i] for r in rows]) for i in range(4))
+        rate, store_us, client_us, asked = (_median([r[i] for r in rows]) for i in range(4))
         print(
             f"  {shape:15} {rate:7,.0f} jobs/s ({rate / base[0]:.2f} of the floor); "
             f"store CPU {store_us:4.0f} us a job ({store_us / base[1]:.2f}x); "
-            f"client CPU {client_us:4.0f} us; {requests:.2f} requests a job"
+            f"client CPU {client_us:4.0f} us; {asked:.2f} requests a job"
         )
 
 

@@ -11,11 +11,13 @@ ZooKeeper with ``forceSync=yes``), this prints:
   kazoo's async calls (``set_async`` with a version, ``delete_async``);
 * **the queue**: claim+ack/s of coord's queue with W workers over 4 clients, without
   keys and with jobs spread over 16 keys (per-key order: a key's next job waits for the
-  ack of the previous one);
+  ack of the previous one): with ``queue.run()``, the worker loop, whose worker acks a
+  job and claims its next one in one transaction, and with ``async with queue.claim()``
+  in a loop (a claim, then an ack: two transactions a job);
 * on ZooKeeper, **kazoo's LockingQueue** with 8 worker threads over 4 clients (its
   ``get`` then ``consume``).
 
-Ratios: queue / floor at the same W, and the queue at 32 workers / at 8.
+Ratios: queue / floor at the same W, and run() at 32 workers / at 8.
 
     python benchmarks/queue_bench.py                     # both stores
     python benchmarks/queue_bench.py --store etcd --jobs 2000
@@ -92,6 +94,38 @@ async def queue_claims(url: str, jobs: int, workers: int, keys: int) -> float:
         return jobs / took
 
 
+async def queue_run(url: str, jobs: int, workers: int, keys: int) -> float:
+    """Put *jobs* (untimed), then run them with ``queue.run()``: *workers* over CLIENTS
+    clients (``concurrency=workers // CLIENTS`` each), whose worker acks a job and claims
+    its next one in one transaction."""
+    name = f"r{workers}k{keys}"
+    await queue_puts(url, jobs, name, keys)
+    async with AsyncExitStack() as stack:
+        pool = [await stack.enter_async_context(coord.connect(url, ttl=10)) for _ in range(CLIENTS)]
+        done = 0
+        finished = asyncio.Event()
+
+        async def handler(job: coord.Job) -> None:
+            nonlocal done
+            done += 1
+            if done >= jobs:
+                finished.set()
+
+        started = time.perf_counter()
+        tasks = [
+            asyncio.create_task(
+                client.queue(name).run(handler, concurrency=workers // CLIENTS, signals=())
+            )
+            for client in pool
+        ]
+        await finished.wait()
+        took = time.perf_counter() - started
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return jobs / took
+
+
 # -- the floor: etcd ----------------------------------------------------------------------
 
 
@@ -144,8 +178,12 @@ async def _done(result: Any) -> Any:
     loop = asyncio.get_running_loop()
     future = loop.create_future()
 
+    def settle() -> None:
+        if not future.done():
+            future.set_result(None)
+
     def ready(_: Any) -> None:
-        loop.call_soon_threadsafe(lambda: future.done() or future.set_result(None))
+        loop.call_soon_threadsafe(settle)
 
     result.rawlink(ready)
     await future
@@ -225,29 +263,32 @@ async def run_store(store: str, server: Any, jobs: int) -> None:
     url = f"{server.url}/bench"
     puts = await queue_puts(url, jobs * 2, "puts", KEYS)
     print(f"{store}: puts {puts:,.0f}/s ({jobs * 2} jobs from {PUTTERS} putters)")
-    rates: dict[tuple[int, int], float] = {}
+    rates: dict[tuple[str, int, int], float] = {}
     for workers in WORKERS:
         if store == "etcd":
             floor = await etcd_floor(server.endpoint, jobs, workers)
         else:
             floor = await zk_floor(server.endpoint, jobs, workers)
-        line = [f"{store}: {workers} workers on {CLIENTS} clients: floor {floor:,.0f}/s"]
+        print(f"{store}: {workers} workers on {CLIENTS} clients: floor {floor:,.0f}/s")
         for keys in (0, KEYS):
-            rate = rates[workers, keys] = await queue_claims(url, jobs, workers, keys)
             what = f"{keys} keys" if keys else "no keys"
-            line.append(f"queue ({what}) {rate:,.0f}/s = {rate / floor:.2f} of the floor")
-        print("; ".join(line))
+            line = [f"{store}:   {what}:"]
+            for how, measure in (("run()", queue_run), ("claim() loop", queue_claims)):
+                rate = rates[how, workers, keys] = await measure(url, jobs, workers, keys)
+                line.append(f"{how} {rate:,.0f}/s = {rate / floor:.2f} of the floor")
+            print(" ".join(line[:1]) + " " + "; ".join(line[1:]))
     for keys in (0, KEYS):
         what = f"{keys} keys" if keys else "no keys"
         print(
-            f"{store}: queue ({what}) at {WORKERS[1]} workers / at {WORKERS[0]}: "
-            f"{rates[WORKERS[1], keys] / rates[WORKERS[0], keys]:.2f}"
+            f"{store}: run() ({what}) at {WORKERS[1]} workers / at {WORKERS[0]}: "
+            f"{rates['run()', WORKERS[1], keys] / rates['run()', WORKERS[0], keys]:.2f}"
         )
     if store == "zk":
         peer = await asyncio.to_thread(kazoo_locking_queue, server.endpoint, jobs // 2, 8)
         print(
             f"zk: kazoo LockingQueue, 8 worker threads on {CLIENTS} clients: {peer:,.0f}/s; "
-            f"coord's queue (no keys, 8 workers) / kazoo: {rates[8, 0] / peer:.1f}"
+            f"coord's queue (no keys, 8 workers, run()) / kazoo: "
+            f"{rates['run()', 8, 0] / peer:.1f}"
         )
 
 

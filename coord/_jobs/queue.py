@@ -329,6 +329,11 @@ class Queue:
         (logger ``coord``, WARNING with its traceback, the job's id and attempt and
         what became of the job), and so is a lost claim (:exc:`coord.ClaimLost`).
 
+        A worker acks its job and claims its next one in one transaction when it can
+        (the claim fails alone if another worker had that job first, and the ack then
+        goes alone): one request to the store a job, where a ``claim()`` loop makes two.
+        A job claimed so and not yet handled when the loop stops is given back as it was.
+
         The drain, on cancellation or one of *signals*: no job is claimed any more (a
         worker waiting for one stops waiting), the handlers in flight have *grace*
         seconds to finish, and those still running are then cancelled: their jobs are

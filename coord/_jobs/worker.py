@@ -4,7 +4,9 @@
 so the claim's own endings hold: a normal return acks, an exception retries, parks or
 dead-letters as the queue is configured, :meth:`coord.Job.defer` gives the job back, and
 a lost claim raises :exc:`coord.ClaimLost`, which is logged. No handler's failure ends
-the loop.
+the loop. A worker that acks claims its next job in the same transaction when its
+client's looker has one in stock (:func:`coord._jobs.claim.claim_with`): one request a
+job instead of two; the job is carried to the worker's next claim (:class:`Carry`).
 
 **The drain.** On cancellation of ``run()`` or one of its signals the loop stops
 claiming at once (a worker waiting for a job stops waiting: the looker hands a job it
