@@ -309,24 +309,31 @@ class Looker:
         """Send *ack* (of a worker's job: its claim and job entries *ended*) with the
         claim of the worker's next job, from the stock, as one transaction
         (:func:`coord._jobs.claim.claim_with`): ``queue.run()``, whose worker claims again
-        as soon as it has acked. Only when a worker back for a job would claim that one
-        in its own task (:meth:`next`): nobody of its client waits before it, and the
-        stock holds a job that was never claimed, read on *session*.
+        as soon as it has acked. The next job of the acked job's ordering key if the
+        last read saw it (it is claimable once the ack is applied, and so in the same
+        transaction: nobody else can have it first); else only when a worker back for a
+        job would claim that one in its own task (:meth:`next`): nobody of its client
+        waits before it, and the stock holds a job that was never claimed, read on
+        *session*.
 
         :returns: the ack's answer ("unsent": not sent so, send it alone; None: none
             within the TTL), and the next job, claimed, or None
         """
-        if self._waiters:
-            return "unsent", None
-        stocked = self._pick()
-        if stocked is None:
-            return "unsent", None
-        picked_on, pick = stocked
+        acked = ended[1].key
+        pick = self._stock.next_of(session, acked)
+        if pick is None or pick.state is None or pick.state.claim is not None:
+            if self._waiters:
+                return "unsent", None
+            stocked = self._pick()
+            if stocked is None:
+                return "unsent", None
+            picked_on, pick = stocked
+            assert pick.entry is not None
+            assert pick.state is not None
+            if picked_on is not session or pick.state.claim is not None:
+                self._stock.picks.insert(0, pick)  # claimed alone, after a lost attempt
+                return "unsent", None
         assert pick.entry is not None
-        assert pick.state is not None
-        if picked_on is not session or pick.state.claim is not None:
-            self._stock.picks.insert(0, pick)  # claimed alone, after a lost attempt
-            return "unsent", None
         key = pick.entry.key
         self._claiming[key] = None
         identity = {**self._source.identity, "looker": self._stock.token}
@@ -340,6 +347,7 @@ class Looker:
         self._counted(got is not None or answer in (None, "lost"))  # (else: had first)
         if got is None:
             return answer, None
+        self._stock.claimed_next(acked)
         hold, entry = got
         if hold.lost:
             _abandon(hold, entry, pick)

@@ -222,6 +222,28 @@ class Stock:
             picks[0].order = after[1]  # its place in the read: among the stock by age
             bisect.insort(self.picks, picks[0], key=_claiming.rank)
 
+    def next_of(self, session: Session, key: str) -> _claiming.Pick | None:
+        """The next job of the ordering key of the job stored at *key* (this looker's,
+        being acked), if the last read saw it and it is claimable once that one is gone:
+        for the ack's own transaction to claim it (``Looker.ack_and_claim``), so that a
+        key's jobs go on with one transaction each, and no other looker, woken by the
+        ack, finds that job free. Not a checkpoint."""
+        after = self._after.get(key)
+        if (
+            after is None
+            or session is not self.session
+            or time.monotonic() >= self._until
+            or self.priorities
+        ):
+            return None
+        picks, _ = _claiming.choose_many([after[0]], None, time.time(), 1, self.decode)
+        return picks[0] if picks else None
+
+    def claimed_next(self, key: str) -> None:
+        """The next job of *key*'s ordering key was claimed with its ack: not stocked at
+        that ack (:meth:`acked`). Not a checkpoint."""
+        self._after.pop(key, None)
+
     def share(self, picks: list[_claiming.Pick]) -> list[_claiming.Pick]:
         """This looker's share of the claimable jobs *picks* (oldest first). Without a
         conflict in the last :data:`CONTENDED_FOR` seconds, all of them. Else those of its

@@ -203,3 +203,44 @@ async def test_a_lost_answer_reads_the_ack_back_and_gives_the_claim_back(
     assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == []
     stats = await a.queue("lost").stats()
     assert (stats.depth, stats.in_flight) == (0, 0)
+
+
+async def test_a_keys_next_job_is_claimed_with_the_ack_of_the_one_before(
+    clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With per-key order a key's next job becomes claimable only when the one before is
+    acked; the ack's transaction claims it (the looker's last read saw it), so a key's
+    jobs go on with one transaction each and in order."""
+    a, b, _, _ = clients
+    queue = a.queue("keyed")
+    for n in range(8):
+        for key in ("k0", "k1"):
+            await queue.put(b"%s-%d" % (key.encode(), n), key=key)
+    sent: list[int] = []
+
+    async def counting(transact: Any, ops: Sequence[Op]) -> Any:
+        sent.append(len(ops))
+        return await transact(ops)
+
+    _wrap(monkeypatch, b, counting)
+    handled: list[bytes] = []
+    done = anyio.Event()
+
+    async def handler(job: coord.Job) -> None:
+        handled.append(job.payload)
+        if len(handled) == 16:
+            done.set()
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: b.queue("keyed").run(handler, concurrency=2, signals=()))
+            await done.wait()
+            tg.cancel_scope.cancel()
+    for key in (b"k0", b"k1"):  # each key's jobs in put order
+        assert [p for p in handled if p.startswith(key)] == [b"%s-%d" % (key, n) for n in range(8)]
+    # Two claims alone (one a key, after the first read), then an ack and the key's
+    # next claim joined: 14 of them, and the last two acks alone.
+    assert sent.count(4) >= 12, sent
+    assert len(sent) <= 20, sent
+    stats = await a.queue("keyed").stats()
+    assert (stats.depth, stats.in_flight) == (0, 0)
