@@ -236,8 +236,9 @@ async def test_a_keys_next_job_is_claimed_with_the_ack_of_the_one_before(
             tg.start_soon(lambda: b.queue("keyed").run(handler, concurrency=2, signals=()))
             await done.wait()
             tg.cancel_scope.cancel()
-    for key in (b"k0", b"k1"):  # each key's jobs in put order
-        assert [p for p in handled if p.startswith(key)] == [b"%s-%d" % (key, n) for n in range(8)]
+    for name in (b"k0", b"k1"):  # each key's jobs in put order
+        mine = [p for p in handled if p.startswith(name)]
+        assert mine == [b"%s-%d" % (name, n) for n in range(8)]
     # Two claims alone (one a key, after the first read), then an ack and the key's
     # next claim joined: 14 of them, and the last two acks alone.
     assert sent.count(4) >= 12, sent
