@@ -12,7 +12,9 @@ lost is cancelled and gets ``coord.LeadershipLost``, a LockLost.
 With ``--recipe queue`` each task claims a job of one queue instead (every job has the
 same key, so one runs at a time, ``job.fence`` as the fence), reports ``JOB`` with the
 job's id and seq inside the body, and ``ACKED`` once the block exited normally (the ack
-was accepted); a worker whose claim is lost gets ``coord.ClaimLost``, a LockLost. With
+was accepted); a worker whose claim is lost gets ``coord.ClaimLost``, a LockLost. The
+odd-numbered tasks claim as ``queue.run()``'s workers do: each ack's transaction also
+claims the key's next job, which the task's next claim takes. With
 ``--role producer`` the process puts jobs instead, keeping a few ahead of the acks, and
 reports each ``PUT`` once it returned.
 
@@ -43,6 +45,8 @@ import anyio.abc
 
 import coord
 from coord._core import keys as _keys
+from coord._jobs.queue import Claiming
+from coord._jobs.worker import Carry
 
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
@@ -73,6 +77,9 @@ async def connect_store(endpoint: str) -> StoreClient:
 
 
 async def loop(client: coord.Client, store: StoreClient, proc: str, task: str, recipe: str) -> None:
+    # Half of a queue's tasks claim as queue.run()'s workers do: the ack's transaction
+    # claims the task's next job (its key's next one), carried to its next claim.
+    carry = Carry(lambda: True) if recipe == "queue" and int(task[1:]) % 2 else None
     while True:
         fence = 0
         holding: AbstractAsyncContextManager[coord.Hold | coord.Job]
@@ -80,7 +87,8 @@ async def loop(client: coord.Client, store: StoreClient, proc: str, task: str, r
             if recipe == "election":
                 holding = client.election(NAME).campaign(f"{proc}/{task}".encode())
             elif recipe == "queue":
-                holding = client.queue(NAME).claim()
+                queue = client.queue(NAME)
+                holding = Claiming(queue, carry) if carry is not None else queue.claim()
             elif recipe == "cohort":  # the tasks of a process hand the lock on locally
                 holding = client.mutex(NAME, local_handoff=2)
             else:
