@@ -14,6 +14,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Literal
 
 from .._core import retry as _retry
@@ -51,6 +52,7 @@ __all__ = [
     "RetryPolicy",
     "end_claim",
     "lost_attempt",
+    "release_now",
     "release_ops",
     "release_soon",
     "resolve_soon",
@@ -275,16 +277,37 @@ def release_soon(
     was cancelled). Not a checkpoint."""
     if session.lost:
         return  # the claim goes with the session
-    ops = release_ops(entry, state, payload, claim)
-
-    async def run() -> None:
-        if await apply(session, ops, claim, entry) == "refused":
-            await session.delete(claim)
-
     try:
-        session.start_soon(run)
+        session.start_soon(partial(_release, session, entry, state, payload, claim))
     except ClosedError:
         pass
+
+
+async def release_now(
+    session: Session, entry: Entry, state: _records.State, payload: bytes, claim: Entry
+) -> None:
+    """Give back a claim that nobody will work on, and wait until the store has it back:
+    :func:`release_soon` for a caller that is not cancelled but stops (``run()``'s worker
+    giving back the job claimed with its last ack), so that what comes after it (the
+    client closed once ``run()`` returns, its lease revoked) cannot overtake it and leave
+    the job naming a dead claim, which the next claim counts as a lost attempt. In a task
+    of the session, as an ending: shielded from anyio cancellation up to the TTL, and a
+    native cancellation stops the wait, not the release. A checkpoint."""
+    if session.lost:
+        return  # the claim goes with the session
+    try:
+        await session.settle(partial(_release, session, entry, state, payload, claim))
+    except (ClosedError, SessionExpiredError):
+        pass  # closed meanwhile: the claim goes with the session
+    except BackendError as exc:  # (told, not raised into the worker loop's drain)
+        _log.warning("job %s: giving back its claim failed: %s", entry.key, exc)
+
+
+async def _release(
+    session: Session, entry: Entry, state: _records.State, payload: bytes, claim: Entry
+) -> None:
+    if await apply(session, release_ops(entry, state, payload, claim), claim, entry) == "refused":
+        await session.delete(claim)
 
 
 def resolve_soon(

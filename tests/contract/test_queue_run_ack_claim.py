@@ -17,7 +17,7 @@ import pytest
 
 import coord
 from coord._jobs import claim as _claim
-from coord.abc import Update
+from coord.abc import Remove, Update
 from coord.testing import expire_session
 
 from .conftest import ASYNCIO_STORES
@@ -124,6 +124,38 @@ async def test_a_worker_that_stops_gives_back_the_job_claimed_with_its_ack(
     assert (stats.depth, stats.in_flight) == (5, 0)  # none left claimed
     with anyio.fail_after(5):
         async with a.queue("stops").claim() as job:
+            assert (job.payload, job.attempt) == (b"01", 0)  # given back as it was
+
+
+async def test_a_client_closed_as_run_returns_finds_the_carried_job_given_back(
+    clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch, coord_url: str
+) -> None:
+    """The usual shutdown: run() drained, then its client closed at once. The job claimed
+    with the last ack is back before run() returns: the close cannot revoke its claim
+    first, which would leave it naming a dead claim and cost it a lost attempt (with
+    ``max_attempts=1``, a dead letter that never ran). Its give-back is made slow here."""
+    a = clients[0]
+    await _put(a, "closing", 6)
+    stop = anyio.Event()
+    handled: list[bytes] = []
+
+    async def handler(job: coord.Job) -> None:
+        handled.append(job.payload)
+
+    async def slow(transact: Any, ops: Sequence[Op]) -> Any:
+        if _merged(ops) and not stop.is_set():
+            stop.set()  # the run is cancelled (drained) meanwhile
+            await anyio.sleep(0.05)
+        elif stop.is_set() and [type(op) for op in ops] == [Update, Remove]:
+            await anyio.sleep(0.2)  # the give-back is slow to reach the store
+        return await transact(ops)
+
+    async with coord.connect(coord_url, ttl=5.0) as b:
+        _wrap(monkeypatch, b, slow)
+        await _run_until(b.queue("closing"), handler, stop)
+    assert handled == [b"00"]
+    with anyio.fail_after(5):
+        async with a.queue("closing").claim() as job:
             assert (job.payload, job.attempt) == (b"01", 0)  # given back as it was
 
 
