@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Literal
 
+import anyio
+
 from .._core import retry as _retry
 from .._core.exceptions import (
     BackendError,
@@ -312,46 +314,62 @@ async def _release(
 
 def resolve_soon(
     session: Session, job: Entry, claims: str, claim_id: str, provisional: Entry
-) -> None:
+) -> anyio.Event | None:
     """A claim of *job* whose outcome is unknown (its reply was lost) and that nobody
     will work on: if the store made it, give it back as it was, in a task of the session,
     so that no attempt counts (a claim merely deleted leaves the job naming a dead claim:
     the next claim counts a "lost worker" attempt, and a job with one attempt left would
-    be parked or dead-lettered without ever having run). Not a checkpoint."""
+    be parked or dead-lettered without ever having run). Not a checkpoint.
+
+    Returns an event set once that is done, for a caller that must not end before the
+    job is back (``run()``'s joint ack and claim: its worker may stop next, and its client
+    be closed then, which would leave the job naming a dead claim); None if nothing
+    is to be done."""
     if session.lost:
-        return  # the claim, if made, goes with the session
+        return None  # the claim, if made, goes with the session
+    resolved = anyio.Event()
 
     async def run() -> None:
-        backend = session.backend
-        for attempt in _retry.attempts():
-            try:
-                made = await backend.find(claims, claim_id, session.lease)
-                now = None if made is None else await backend.get(job.key)
-                break
-            except BackendUnavailable:
-                if session.lost:
-                    return
-                await _retry.backoff(attempt)
-            except SessionExpiredError:
-                return
-            except BackendError as exc:  # (told, not raised into the session's tasks)
-                _log.warning("job %s: its claim of unknown outcome: %s", job.key, exc)
-                session.discard(provisional)
-                return
-        else:  # pragma: no cover
-            return
-        if made is None:
-            return  # not made: nothing to give back
-        if now is None or now.revision != job.revision:
-            await session.delete(made)  # (the job went meanwhile: only the claim is left)
-            return
-        state, payload = _records.decode(now)
-        if state.claim != claim_id[2:]:
-            await session.delete(made)
-        elif await apply(session, release_ops(now, state, payload, made), made, now) == "refused":
-            await session.delete(made)
+        try:
+            await _resolve(session, job, claims, claim_id, provisional)
+        finally:
+            resolved.set()
 
     try:
         session.start_soon(run)
     except ClosedError:
-        pass
+        return None
+    return resolved
+
+
+async def _resolve(
+    session: Session, job: Entry, claims: str, claim_id: str, provisional: Entry
+) -> None:
+    backend = session.backend
+    for attempt in _retry.attempts():
+        try:
+            made = await backend.find(claims, claim_id, session.lease)
+            now = None if made is None else await backend.get(job.key)
+            break
+        except BackendUnavailable:
+            if session.lost:
+                return
+            await _retry.backoff(attempt)
+        except SessionExpiredError:
+            return
+        except BackendError as exc:  # (told, not raised into the session's tasks)
+            _log.warning("job %s: its claim of unknown outcome: %s", job.key, exc)
+            session.discard(provisional)
+            return
+    else:  # pragma: no cover
+        return
+    if made is None:
+        return  # not made: nothing to give back
+    if now is None or now.revision != job.revision:
+        await session.delete(made)  # (the job went meanwhile: only the claim is left)
+        return
+    state, payload = _records.decode(now)
+    if state.claim != claim_id[2:]:
+        await session.delete(made)
+    elif await apply(session, release_ops(now, state, payload, made), made, now) == "refused":
+        await session.delete(made)

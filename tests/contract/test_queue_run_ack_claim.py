@@ -244,6 +244,41 @@ async def test_a_lost_answer_reads_the_ack_back_and_gives_the_claim_back(
     assert (stats.depth, stats.in_flight) == (0, 0)
 
 
+async def test_a_lost_answer_gives_the_claim_back_before_the_worker_stops(
+    clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch, coord_url: str
+) -> None:
+    """The joint transaction is applied, its answer lost, and the run stopped meanwhile,
+    its client closed at once: the job claimed with the ack is back before the ack's
+    answer is, so the close cannot revoke its claim first (a lost attempt for a job that
+    never ran). Its give-back is made slow here."""
+    a = clients[0]
+    await _put(a, "lost-closing", 6)
+    stop = anyio.Event()
+    handled: list[bytes] = []
+
+    async def handler(job: coord.Job) -> None:
+        handled.append(job.payload)
+
+    async def losing(transact: Any, ops: Sequence[Op]) -> Any:
+        if _merged(ops) and not stop.is_set():
+            await transact(ops)
+            stop.set()  # the run is cancelled (drained) meanwhile
+            raise coord.BackendUnavailable("the answer was lost")
+        if stop.is_set() and [type(op) for op in ops] == [Update, Remove]:
+            await anyio.sleep(0.2)  # the give-back is slow to reach the store
+        return await transact(ops)
+
+    async with coord.connect(coord_url, ttl=5.0) as b:
+        _wrap(monkeypatch, b, losing)
+        await _run_until(b.queue("lost-closing"), handler, stop)
+    assert handled == [b"00"]
+    with anyio.fail_after(5):
+        async with a.queue("lost-closing").claim() as job:
+            assert (job.payload, job.attempt) == (b"01", 0)  # given back as it was
+    stats = await a.queue("lost-closing").stats()
+    assert (stats.depth, stats.in_flight) == (4, 0)  # the ack was applied
+
+
 async def test_keyed_jobs_keep_their_order_across_joint_claims(
     clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch
 ) -> None:
