@@ -232,15 +232,21 @@ async def claim_with(
     provisional = Entry(claims + claim_id, lease=lease.id)
     job_entry = pick.entry
 
-    def give_back() -> None:
-        resolve_soon(session, job_entry, claims, claim_id, provisional)
+    def give_back() -> anyio.Event | None:
+        return resolve_soon(session, job_entry, claims, claim_id, provisional)
 
     async def work() -> tuple[Answer, tuple[Entry | None, ...] | None]:
         try:
             result = await backend.transact([*ending, *ops])
         except Exception:  # (also cancelled with the session: undo gives it back)
-            give_back()  # it may have been applied
-            return await apply(session, list(ending), *ended, unknown=True), None
+            # It may have been applied: the claim is given back before the answer, so
+            # that a worker that stops next, and its client closed then, find the job
+            # back (a close first would leave it naming a dead claim: a lost attempt).
+            resolved = give_back()
+            answer = await apply(session, list(ending), *ended, unknown=True)
+            if resolved is not None:
+                await resolved.wait()
+            return answer, None
         if result is None:  # neither applied
             return await apply(session, list(ending), *ended), None
         return "done", result

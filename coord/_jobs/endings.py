@@ -14,7 +14,10 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Literal
+
+import anyio
 
 from .._core import retry as _retry
 from .._core.exceptions import (
@@ -51,6 +54,7 @@ __all__ = [
     "RetryPolicy",
     "end_claim",
     "lost_attempt",
+    "release_now",
     "release_ops",
     "release_soon",
     "resolve_soon",
@@ -275,60 +279,97 @@ def release_soon(
     was cancelled). Not a checkpoint."""
     if session.lost:
         return  # the claim goes with the session
-    ops = release_ops(entry, state, payload, claim)
-
-    async def run() -> None:
-        if await apply(session, ops, claim, entry) == "refused":
-            await session.delete(claim)
-
     try:
-        session.start_soon(run)
+        session.start_soon(partial(_release, session, entry, state, payload, claim))
     except ClosedError:
         pass
+
+
+async def release_now(
+    session: Session, entry: Entry, state: _records.State, payload: bytes, claim: Entry
+) -> None:
+    """Give back a claim that nobody will work on, and wait until the store has it back:
+    :func:`release_soon` for a caller that is not cancelled but stops (``run()``'s worker
+    giving back the job claimed with its last ack), so that what comes after it (the
+    client closed once ``run()`` returns, its lease revoked) cannot overtake it and leave
+    the job naming a dead claim, which the next claim counts as a lost attempt. In a task
+    of the session, as an ending: shielded from anyio cancellation up to the TTL, and a
+    native cancellation stops the wait, not the release. A checkpoint."""
+    if session.lost:
+        return  # the claim goes with the session
+    try:
+        await session.settle(partial(_release, session, entry, state, payload, claim))
+    except (ClosedError, SessionExpiredError):
+        pass  # closed meanwhile: the claim goes with the session
+    except BackendError as exc:  # (told, not raised into the worker loop's drain)
+        _log.warning("job %s: giving back its claim failed: %s", entry.key, exc)
+
+
+async def _release(
+    session: Session, entry: Entry, state: _records.State, payload: bytes, claim: Entry
+) -> None:
+    if await apply(session, release_ops(entry, state, payload, claim), claim, entry) == "refused":
+        await session.delete(claim)
 
 
 def resolve_soon(
     session: Session, job: Entry, claims: str, claim_id: str, provisional: Entry
-) -> None:
+) -> anyio.Event | None:
     """A claim of *job* whose outcome is unknown (its reply was lost) and that nobody
     will work on: if the store made it, give it back as it was, in a task of the session,
     so that no attempt counts (a claim merely deleted leaves the job naming a dead claim:
     the next claim counts a "lost worker" attempt, and a job with one attempt left would
-    be parked or dead-lettered without ever having run). Not a checkpoint."""
+    be parked or dead-lettered without ever having run). Not a checkpoint.
+
+    Returns an event set once that is done, for a caller that must not end before the
+    job is back (``run()``'s joint ack and claim: its worker may stop next, and its client
+    be closed then, which would leave the job naming a dead claim); None if nothing
+    is to be done."""
     if session.lost:
-        return  # the claim, if made, goes with the session
+        return None  # the claim, if made, goes with the session
+    resolved = anyio.Event()
 
     async def run() -> None:
-        backend = session.backend
-        for attempt in _retry.attempts():
-            try:
-                made = await backend.find(claims, claim_id, session.lease)
-                now = None if made is None else await backend.get(job.key)
-                break
-            except BackendUnavailable:
-                if session.lost:
-                    return
-                await _retry.backoff(attempt)
-            except SessionExpiredError:
-                return
-            except BackendError as exc:  # (told, not raised into the session's tasks)
-                _log.warning("job %s: its claim of unknown outcome: %s", job.key, exc)
-                session.discard(provisional)
-                return
-        else:  # pragma: no cover
-            return
-        if made is None:
-            return  # not made: nothing to give back
-        if now is None or now.revision != job.revision:
-            await session.delete(made)  # (the job went meanwhile: only the claim is left)
-            return
-        state, payload = _records.decode(now)
-        if state.claim != claim_id[2:]:
-            await session.delete(made)
-        elif await apply(session, release_ops(now, state, payload, made), made, now) == "refused":
-            await session.delete(made)
+        try:
+            await _resolve(session, job, claims, claim_id, provisional)
+        finally:
+            resolved.set()
 
     try:
         session.start_soon(run)
     except ClosedError:
-        pass
+        return None
+    return resolved
+
+
+async def _resolve(
+    session: Session, job: Entry, claims: str, claim_id: str, provisional: Entry
+) -> None:
+    backend = session.backend
+    for attempt in _retry.attempts():
+        try:
+            made = await backend.find(claims, claim_id, session.lease)
+            now = None if made is None else await backend.get(job.key)
+            break
+        except BackendUnavailable:
+            if session.lost:
+                return
+            await _retry.backoff(attempt)
+        except SessionExpiredError:
+            return
+        except BackendError as exc:  # (told, not raised into the session's tasks)
+            _log.warning("job %s: its claim of unknown outcome: %s", job.key, exc)
+            session.discard(provisional)
+            return
+    else:  # pragma: no cover
+        return
+    if made is None:
+        return  # not made: nothing to give back
+    if now is None or now.revision != job.revision:
+        await session.delete(made)  # (the job went meanwhile: only the claim is left)
+        return
+    state, payload = _records.decode(now)
+    if state.claim != claim_id[2:]:
+        await session.delete(made)
+    elif await apply(session, release_ops(now, state, payload, made), made, now) == "refused":
+        await session.delete(made)

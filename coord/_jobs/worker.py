@@ -40,7 +40,7 @@ from .._core.exceptions import (
     JobTimeout,
     SessionExpiredError,
 )
-from .endings import release_soon
+from .endings import release_now
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -116,16 +116,21 @@ class Carry:
         self.job: Job | None = None
         self.wanted = wanted  # whether the worker will claim again
 
-    def give_back(self) -> None:
+    async def give_back(self) -> None:
         """Give back a job carried over that no claim will take (the worker stopped), as
-        it was: no attempt counted. Not a checkpoint."""
+        it was: no attempt counted. Waits for the store's answer (shielded, up to the
+        TTL), so that the drain of ``run()`` ends with the job back: a client closed as
+        soon as ``run()`` returns would otherwise revoke the claim first, and the job,
+        which never ran, would count a lost attempt. A checkpoint if it holds a job."""
         job, self.job = self.job, None
         if job is not None:
             hold = job._hold
             hold._finish()
-            release_soon(hold.session, job._entry, job._state, job.payload, hold.entry)
-            if job._given_back is not None:
-                job._given_back()
+            try:
+                await release_now(hold.session, job._entry, job._state, job.payload, hold.entry)
+            finally:
+                if job._given_back is not None:
+                    job._given_back()
 
 
 class _Slot:
@@ -203,7 +208,7 @@ class _Workers:
             while not self.why:
                 await self._one(slot)
         finally:
-            slot.carry.give_back()  # claimed with the last ack, as the workers stopped
+            await slot.carry.give_back()  # claimed with the last ack: the workers stopped
 
     async def _one(self, slot: _Slot) -> None:
         """Claim one job and run the handler on it; count and log how it ended."""

@@ -7,13 +7,20 @@ ack alone; a lost answer is resolved (the ack read back, the claim given back)."
 
 from __future__ import annotations
 
+import asyncio
+import random
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
 
 import coord
-from coord.abc import Update
+from coord._jobs import claim as _claim
+from coord.abc import Remove, Update
+from coord.testing import expire_session
+
+from .conftest import ASYNCIO_STORES
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -120,6 +127,38 @@ async def test_a_worker_that_stops_gives_back_the_job_claimed_with_its_ack(
             assert (job.payload, job.attempt) == (b"01", 0)  # given back as it was
 
 
+async def test_a_client_closed_as_run_returns_finds_the_carried_job_given_back(
+    clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch, coord_url: str
+) -> None:
+    """The usual shutdown: run() drained, then its client closed at once. The job claimed
+    with the last ack is back before run() returns: the close cannot revoke its claim
+    first, which would leave it naming a dead claim and cost it a lost attempt (with
+    ``max_attempts=1``, a dead letter that never ran). Its give-back is made slow here."""
+    a = clients[0]
+    await _put(a, "closing", 6)
+    stop = anyio.Event()
+    handled: list[bytes] = []
+
+    async def handler(job: coord.Job) -> None:
+        handled.append(job.payload)
+
+    async def slow(transact: Any, ops: Sequence[Op]) -> Any:
+        if _merged(ops) and not stop.is_set():
+            stop.set()  # the run is cancelled (drained) meanwhile
+            await anyio.sleep(0.05)
+        elif stop.is_set() and [type(op) for op in ops] == [Update, Remove]:
+            await anyio.sleep(0.2)  # the give-back is slow to reach the store
+        return await transact(ops)
+
+    async with coord.connect(coord_url, ttl=5.0) as b:
+        _wrap(monkeypatch, b, slow)
+        await _run_until(b.queue("closing"), handler, stop)
+    assert handled == [b"00"]
+    with anyio.fail_after(5):
+        async with a.queue("closing").claim() as job:
+            assert (job.payload, job.attempt) == (b"01", 0)  # given back as it was
+
+
 async def test_a_refused_joint_transaction_sends_the_ack_alone(
     clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -202,6 +241,225 @@ async def test_a_lost_answer_reads_the_ack_back_and_gives_the_claim_back(
     assert sorted(handled) == [(b"%02d" % n, 0) for n in range(4)]
     assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == []
     stats = await a.queue("lost").stats()
+    assert (stats.depth, stats.in_flight) == (0, 0)
+
+
+async def test_a_lost_answer_gives_the_claim_back_before_the_worker_stops(
+    clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch, coord_url: str
+) -> None:
+    """The joint transaction is applied, its answer lost, and the run stopped meanwhile,
+    its client closed at once: the job claimed with the ack is back before the ack's
+    answer is, so the close cannot revoke its claim first (a lost attempt for a job that
+    never ran). Its give-back is made slow here."""
+    a = clients[0]
+    await _put(a, "lost-closing", 6)
+    stop = anyio.Event()
+    handled: list[bytes] = []
+
+    async def handler(job: coord.Job) -> None:
+        handled.append(job.payload)
+
+    async def losing(transact: Any, ops: Sequence[Op]) -> Any:
+        if _merged(ops) and not stop.is_set():
+            await transact(ops)
+            stop.set()  # the run is cancelled (drained) meanwhile
+            raise coord.BackendUnavailable("the answer was lost")
+        if stop.is_set() and [type(op) for op in ops] == [Update, Remove]:
+            await anyio.sleep(0.2)  # the give-back is slow to reach the store
+        return await transact(ops)
+
+    async with coord.connect(coord_url, ttl=5.0) as b:
+        _wrap(monkeypatch, b, losing)
+        await _run_until(b.queue("lost-closing"), handler, stop)
+    assert handled == [b"00"]
+    with anyio.fail_after(5):
+        async with a.queue("lost-closing").claim() as job:
+            assert (job.payload, job.attempt) == (b"01", 0)  # given back as it was
+    stats = await a.queue("lost-closing").stats()
+    assert (stats.depth, stats.in_flight) == (4, 0)  # the ack was applied
+
+
+async def test_keyed_jobs_keep_their_order_across_joint_claims(
+    clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two clients, a worker each, four keys: the joint claim never takes a key's
+    next job before the ack of the one before it (no two of a key at once, each key in
+    put order), and every job is handled once."""
+    a, b, c, _ = clients
+    queue = a.queue("keyed")
+    for n in range(8):
+        for k in range(4):
+            await queue.put(b"%d-%d" % (k, n), key=f"k{k}")
+    seen: dict[int, list[int]] = {k: [] for k in range(4)}
+    busy: set[int] = set()
+    overlaps: list[int] = []
+    done = anyio.Event()
+    joint: list[int] = []
+    claim_with = _claim.claim_with
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        joint.append(1)
+        return await claim_with(*args, **kwargs)
+
+    monkeypatch.setattr(_claim, "claim_with", counted)
+
+    async def handler(job: coord.Job) -> None:
+        k, n = map(int, job.payload.split(b"-"))
+        overlaps.extend([k] if k in busy else [])
+        busy.add(k)
+        await anyio.sleep(0.005)
+        busy.discard(k)
+        seen[k].append(n)
+        if sum(map(len, seen.values())) == 32:
+            done.set()
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            for client in (b, c):
+                tg.start_soon(partial(client.queue("keyed").run, handler, signals=()))
+            await done.wait()
+            tg.cancel_scope.cancel()
+    assert overlaps == []
+    assert seen == {k: list(range(8)) for k in range(4)}
+    assert joint  # (about half of the claims, one worker a client)
+
+
+async def test_a_lease_expired_under_the_joint_transaction_is_not_told_done(
+    clients: list[coord.Client],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The store ends the worker's session just before its joint transaction, and
+    another client claims the acked job meanwhile: the ack is told refused or unknown
+    (never done), the job is the other client's, and the loop goes on on a new session."""
+    a, b, c, _ = clients
+    await _put(a, "expired", 4)
+    taken = anyio.Event()
+    release = anyio.Event()
+    other: list[tuple[bytes, int]] = []
+
+    async def take() -> None:
+        async with c.queue("expired").claim() as job:
+            other.append((job.payload, job.attempt))
+            taken.set()
+            await release.wait()
+
+    async with anyio.create_task_group() as outer:
+
+        async def expiring(transact: Any, ops: Sequence[Op]) -> Any:
+            if _merged(ops) and not taken.is_set():
+                await expire_session(b)
+                outer.start_soon(take)  # the acked job, its claim dead: c's
+                with anyio.fail_after(5):
+                    await taken.wait()
+            return await transact(ops)
+
+        _wrap(monkeypatch, b, expiring)
+        handled: list[bytes] = []
+        done = anyio.Event()
+
+        async def handler(job: coord.Job) -> None:
+            handled.append(job.payload)
+            if taken.is_set() and len(handled) >= 2:
+                done.set()
+
+        with caplog.at_level("WARNING", logger="coord"):
+            await _run_until(b.queue("expired"), handler, done)
+        release.set()
+    assert handled[0] == b"00"
+    assert other == [(b"00", 1)]  # its claim died with b's session: a lost attempt
+    told = [r.getMessage() for r in caplog.records if "ack" in r.getMessage()]
+    assert len(told) == 1, told
+    assert "refused" in told[0] or "unknown" in told[0], told
+
+
+@pytest.mark.parametrize("store", ASYNCIO_STORES, indirect=True)
+async def test_run_cancelled_natively_during_the_joint_transaction_leaves_nothing_claimed(
+    clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """asyncio's task.cancel() of run()'s caller while an ack joined with the next claim
+    is in flight: the ack is done, the job claimed with it is given back as it was."""
+    a, b, _, _ = clients
+    await _put(a, "native", 6)
+    sent = anyio.Event()
+
+    async def slow(transact: Any, ops: Sequence[Op]) -> Any:
+        if _merged(ops) and not sent.is_set():
+            sent.set()
+            await anyio.sleep(0.05)
+        return await transact(ops)
+
+    _wrap(monkeypatch, b, slow)
+    handled: list[bytes] = []
+
+    async def handler(job: coord.Job) -> None:
+        handled.append(job.payload)
+
+    task = asyncio.ensure_future(b.queue("native").run(handler, signals=()))
+    with anyio.fail_after(10):
+        await sent.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert handled == [b"00"]
+    with anyio.fail_after(5):
+        async with a.queue("native").claim() as job:
+            assert (job.payload, job.attempt) == (b"01", 0)  # given back as it was
+    stats = await a.queue("native").stats()
+    assert (stats.depth, stats.in_flight) == (4, 0)
+
+
+async def test_lost_answers_under_contention_handle_each_job_once(
+    clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two clients, three workers each, keyed and unkeyed jobs; a joint transaction's
+    answer is lost now and then, before or after the store applied it: each job is
+    handled once, at attempt 0 (a claim given back counts none), keys in order."""
+    rng = random.Random(7)
+    a, b, c, _ = clients
+    queue = a.queue("lossy")
+    total = 60
+    for n in range(total):
+        await queue.put(b"%d" % n, key=f"k{n % 5}" if n % 2 else None)
+
+    async def lossy(transact: Any, ops: Sequence[Op]) -> Any:
+        roll = rng.random() if _merged(ops) else 1.0
+        if roll < 0.15:
+            raise coord.BackendUnavailable("lost before it was sent")
+        result = await transact(ops)
+        if roll < 0.3:
+            raise coord.BackendUnavailable("lost after it was applied")
+        return result
+
+    _wrap(monkeypatch, b, lossy)
+    _wrap(monkeypatch, c, lossy)
+    handled: list[tuple[bytes, int]] = []
+    last: dict[int, int] = {}
+    disorder: list[int] = []
+    done = anyio.Event()
+
+    async def handler(job: coord.Job) -> None:
+        handled.append((job.payload, job.attempt))
+        n = int(job.payload)
+        if n % 2:
+            disorder.extend([n] if last.get(n % 5, -1) > n else [])
+            last[n % 5] = n
+        await anyio.sleep(rng.random() * 0.005)
+        if len({p for p, _ in handled}) == total:
+            done.set()
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            for client in (b, c):
+                tg.start_soon(
+                    partial(client.queue("lossy").run, handler, concurrency=3, signals=())
+                )
+            await done.wait()
+            await anyio.sleep(0.3)  # (a job handled twice would show by now)
+            tg.cancel_scope.cancel()
+    assert disorder == []
+    assert sorted(handled) == sorted((b"%d" % n, 0) for n in range(total))
+    stats = await a.queue("lossy").stats()
     assert (stats.depth, stats.in_flight) == (0, 0)
 
 
