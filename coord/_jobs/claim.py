@@ -127,10 +127,10 @@ def choose_many(
 
 def _claim_ops(
     claims: str, pick: Pick, identity: dict[str, object], lease: Lease
-) -> tuple[str, _records.State, list[Op]]:
-    """The claim of *pick* on *lease*: its claim id, the job's new header, and the
+) -> tuple[str, _records.State, list[Op], Entry]:
+    """The claim of *pick* on *lease*: its claim id, the job's new header, the
     transaction's operations (the header guarded by the job's version as read, and the
-    claim entry on the lease)."""
+    claim entry on the lease), and the claim entry as known before the answer."""
     assert pick.entry is not None
     assert pick.state is not None
     claim_id = f"@c{uuid.uuid4().hex}"
@@ -140,7 +140,7 @@ def _claim_ops(
         Update(pick.entry, _records.encode(header, pick.payload)),
         Create(claims, claim_id, value.encode(), lease),
     ]
-    return claim_id, header, ops
+    return claim_id, header, ops, Entry(claims + claim_id, lease=lease.id)
 
 
 def _granted(name: str, session: Session, pick: Pick, claimed: Entry) -> ClaimHold:
@@ -160,9 +160,7 @@ async def claim(
     whatever claim was made is deleted and the job can be claimed again)."""
     assert pick.entry is not None
     backend = session.backend
-    lease = session.check()
-    claim_id, header, ops = _claim_ops(claims, pick, identity, lease)
-    provisional = Entry(claims + claim_id, lease=lease.id)
+    claim_id, header, ops, provisional = _claim_ops(claims, pick, identity, session.check())
     job_entry = pick.entry
     unknown: list[Exception] = []  # the transaction raised: its outcome is unknown
 
@@ -227,9 +225,7 @@ async def claim_with(
     """
     assert pick.entry is not None
     backend = session.backend
-    lease = session.check()
-    claim_id, header, ops = _claim_ops(claims, pick, identity, lease)
-    provisional = Entry(claims + claim_id, lease=lease.id)
+    claim_id, header, ops, provisional = _claim_ops(claims, pick, identity, session.check())
     job_entry = pick.entry
 
     def give_back() -> anyio.Event | None:

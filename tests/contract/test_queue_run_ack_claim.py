@@ -50,6 +50,18 @@ def _wrap(
     monkeypatch.setattr(backend, "transact", wrapped)
 
 
+def _sizes_sent(monkeypatch: pytest.MonkeyPatch, client: coord.Client) -> list[int]:
+    """The number of operations of each transaction *client* sends from now on."""
+    sent: list[int] = []
+
+    async def counting(transact: Any, ops: Sequence[Op]) -> Any:
+        sent.append(len(ops))
+        return await transact(ops)
+
+    _wrap(monkeypatch, client, counting)
+    return sent
+
+
 async def _put(client: coord.Client, name: str, count: int) -> None:
     queue = client.queue(name)
     for n in range(count):
@@ -71,13 +83,7 @@ async def test_run_acks_and_claims_the_next_job_in_one_transaction(
 ) -> None:
     a, b, _, _ = clients
     await _put(a, "joint", 30)
-    sent: list[int] = []
-
-    async def counting(transact: Any, ops: Sequence[Op]) -> Any:
-        sent.append(len(ops))
-        return await transact(ops)
-
-    _wrap(monkeypatch, b, counting)
+    sent = _sizes_sent(monkeypatch, b)
     handled: list[bytes] = []
     done = anyio.Event()
 
@@ -474,13 +480,7 @@ async def test_a_keys_next_job_is_claimed_with_the_ack_of_the_one_before(
     for n in range(8):
         for key in ("k0", "k1"):
             await queue.put(b"%s-%d" % (key.encode(), n), key=key)
-    sent: list[int] = []
-
-    async def counting(transact: Any, ops: Sequence[Op]) -> Any:
-        sent.append(len(ops))
-        return await transact(ops)
-
-    _wrap(monkeypatch, b, counting)
+    sent = _sizes_sent(monkeypatch, b)
     handled: list[bytes] = []
     done = anyio.Event()
 
