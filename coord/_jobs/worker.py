@@ -114,7 +114,7 @@ class Carry:
 
     def __init__(self, wanted: Callable[[], bool]) -> None:
         self.job: Job | None = None
-        self.wanted = wanted  # whether the worker will claim again
+        self.wanted: Callable[[], bool] = wanted  # whether the worker will claim again
 
     async def give_back(self) -> None:
         """Give back a job carried over that no claim will take (the worker stopped), as
