@@ -320,8 +320,8 @@ class Looker:
             within the TTL), and the next job, claimed, or None
         """
         acked = ended[1].key
-        pick = self._stock.next_of(session, acked)
-        if pick is None or pick.state is None or pick.state.claim is not None:
+        pick = self._stock.next_of(session, acked)  # (never one claimed before)
+        if pick is None:
             if self._waiters:
                 return "unsent", None
             stocked = self._pick()

@@ -209,18 +209,10 @@ class Stock:
         parked, claimed, backing off or in another looker's lane). Into the stock, in
         its place by age, so that a key's jobs go on without a read of the head of the
         queue each (on etcd that costs the store the whole queue). Not a checkpoint."""
-        after = self._after.pop(key, None)
-        if (
-            after is None
-            or session is not self.session
-            or time.monotonic() >= self._until
-            or self.priorities
-        ):
-            return
-        picks, _ = _claiming.choose_many([after[0]], None, time.time(), 1, self.decode)
-        if picks and self.share(picks) == picks:
-            picks[0].order = after[1]  # its place in the read: among the stock by age
-            bisect.insort(self.picks, picks[0], key=_claiming.rank)
+        pick = self.next_of(session, key)
+        self._after.pop(key, None)
+        if pick is not None and self.share([pick]) == [pick]:
+            bisect.insort(self.picks, pick, key=_claiming.rank)
 
     def next_of(self, session: Session, key: str) -> _claiming.Pick | None:
         """The next job of the ordering key of the job stored at *key* (this looker's,
@@ -237,7 +229,10 @@ class Stock:
         ):
             return None
         picks, _ = _claiming.choose_many([after[0]], None, time.time(), 1, self.decode)
-        return picks[0] if picks else None
+        if not picks:
+            return None
+        picks[0].order = after[1]  # its place in the read: among the stock by age
+        return picks[0]
 
     def claimed_next(self, key: str) -> None:
         """The next job of *key*'s ordering key was claimed with its ack: not stocked at
