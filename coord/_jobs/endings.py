@@ -280,7 +280,8 @@ def release_soon(
     if session.lost:
         return  # the claim goes with the session
     try:
-        session.start_soon(partial(_release, session, entry, state, payload, claim))
+        # Before the session's close revokes its lease: else the job names a dead claim.
+        session.start_ending(partial(_release, session, entry, state, payload, claim))
     except ClosedError:
         pass
 
@@ -336,7 +337,7 @@ def resolve_soon(
             resolved.set()
 
     try:
-        session.start_soon(run)
+        session.start_ending(run)  # before the session's close revokes its lease
     except ClosedError:
         return None
     return resolved

@@ -221,8 +221,9 @@ class SessionKeeper(SessionSource, AsyncResource):
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the current session (holders are told first, then the lease is revoked;
-        bounded by the TTL) and stop renewing. Shielded."""
+        """Close the current session (claimed jobs being given back first, then holders
+        are told, then the lease is revoked; each bounded by the TTL) and stop renewing.
+        Shielded."""
         if self._closing or self._tg is None:
             self._closing = True
             self._readers.end()
@@ -233,6 +234,7 @@ class SessionKeeper(SessionSource, AsyncResource):
         session = self._current
         try:
             if session is not None:
+                await session.drain()  # (claimed jobs given back first: start_ending)
                 session.declare_lost("the client was closed")
                 finished = self._finished.get(session)
                 if finished is not None:

@@ -158,6 +158,8 @@ class Session(SessionSource, OwnedWork, AsyncResource):
         self._listeners: set[Callable[[], None]] = set()
         self._in_flight: anyio.Semaphore | None = None
         self._deferred = Deferred(self.start_soon)
+        self._endings = 0  # tasks of start_ending still running
+        self._endings_done: anyio.Event | None = None  # set when they are none (drain)
         #: Why the session was lost (None while it is not).
         self.reason: str | None = None
 
@@ -285,7 +287,8 @@ class Session(SessionSource, OwnedWork, AsyncResource):
 
     async def aclose(self) -> None:
         """Tell every holder and waiter that the session is over, then revoke the lease
-        (deleting our entries) and stop. The revoke is bounded by the TTL.
+        (deleting our entries) and stop. The revoke is bounded by the TTL, and so is the
+        wait before it for the claimed jobs being given back (:meth:`start_ending`).
 
         Holders are told first: by the time another client can take a lock of ours, its
         holder here has been cancelled and sees ``hold.lost``. Shielded: cancelling this
@@ -293,6 +296,10 @@ class Session(SessionSource, OwnedWork, AsyncResource):
         """
         if self._closed:
             return
+        if self._tg is not None:
+            await self.drain()
+            if self._closed:
+                return  # closed meanwhile, by another call
         self._closed = True
         if self._tg is None:
             return
@@ -375,6 +382,43 @@ class Session(SessionSource, OwnedWork, AsyncResource):
         if self._tg is None or self._closed:
             raise self._ended()
         self._tg.start_soon(func)
+
+    def start_ending(self, func: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """:meth:`start_soon` for work that the session's close waits for (up to the TTL)
+        before it tells its holders and revokes its lease: a claimed job given back as
+        it was, which the revoke would leave naming a dead claim (the next claim would
+        count an attempt the job never had). Not a checkpoint.
+
+        :raises SessionExpiredError: if the session was lost and closed since
+        :raises ClosedError: if it is not open, or was closed while live
+        """
+        if self._tg is None or self._closed:
+            raise self._ended()
+        self._endings += 1
+
+        async def run() -> None:
+            try:
+                await func()
+            finally:
+                self._endings -= 1
+                if not self._endings and self._endings_done is not None:
+                    self._endings_done.set()
+
+        self._tg.start_soon(run)
+
+    async def drain(self) -> None:
+        """Wait until the work of :meth:`start_ending` has ended, up to the TTL (at once
+        if there is none, or the session is lost: its claims went with it). Shielded:
+        the close that calls it is. A checkpoint."""
+        with anyio.move_on_after(self._ttl, shield=True):
+            while self._endings and not self.lost:
+                self._endings_done = anyio.Event()
+                stop = self.listen(self._endings_done.set)  # lost meanwhile: no wait
+                try:
+                    await self._endings_done.wait()
+                finally:
+                    stop()
+            await anyio.lowlevel.checkpoint()
 
     def spawn(self, func: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """A session used alone is its own client: its task group."""

@@ -17,7 +17,7 @@ import pytest
 
 import coord
 from coord._jobs import claim as _claim
-from coord.abc import Remove, Update
+from coord.abc import Create, Remove, Update
 from coord.testing import expire_session
 
 from .conftest import ASYNCIO_STORES
@@ -503,3 +503,48 @@ async def test_a_keys_next_job_is_claimed_with_the_ack_of_the_one_before(
     assert len(sent) <= 20, sent
     stats = await a.queue("keyed").stats()
     assert (stats.depth, stats.in_flight) == (0, 0)
+
+
+async def test_a_client_closed_after_a_cancelled_claim_finds_the_job_given_back(
+    clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch, coord_url: str
+) -> None:
+    """A claim cancelled while its transaction is out: the job its answer brings is given
+    back in a task of the session. The client closed at once waits for that give-back
+    before it revokes the lease; else the job names a dead claim, and the next claim
+    counts an attempt it never had (with ``max_attempts=1``, a dead letter that never
+    ran). The claim's answer and the give-back are made slow here."""
+    a = clients[0]
+    await _put(a, "cancelled", 2)
+    sent = anyio.Event()
+    answered = anyio.Event()
+
+    async def slow(transact: Any, ops: Sequence[Op]) -> Any:
+        kinds = [type(op) for op in ops]
+        if kinds == [Update, Create] and not sent.is_set():
+            sent.set()
+            await anyio.sleep(0.1)  # its caller is gone by the answer
+            try:
+                return await transact(ops)
+            finally:
+                answered.set()
+        if kinds == [Update, Remove]:
+            await anyio.sleep(0.3)  # the give-back is slow to reach the store
+        return await transact(ops)
+
+    async with coord.connect(coord_url, ttl=5.0) as b:
+        _wrap(monkeypatch, b, slow)
+
+        async def claiming() -> None:
+            async with b.queue("cancelled").claim():
+                raise AssertionError("the claim was cancelled")
+
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(claiming)
+                await sent.wait()
+                tg.cancel_scope.cancel()
+            await answered.wait()
+            await anyio.sleep(0.01)  # the give-back starts
+    with anyio.fail_after(5):
+        async with a.queue("cancelled").claim() as job:
+            assert (job.payload, job.attempt) == (b"00", 0)  # given back as it was

@@ -161,6 +161,46 @@ async def test_closing_the_session_revokes_its_keys() -> None:
     assert store.keys() == []
 
 
+@pytest.mark.parametrize("through", ["client", "session"])
+async def test_closing_waits_for_the_endings_up_to_the_ttl(through: str) -> None:
+    """Work of ``start_ending`` (a claimed job given back) ends before the close tells
+    the holders and revokes the lease; one that takes longer than the TTL is waited for
+    up to the TTL only; none is waited for once the session is lost."""
+    store = MemoryStore()
+    events: list[tuple[str, float]] = []
+
+    async def ending(delay: float) -> None:
+        await anyio.sleep(delay)
+        events.append(("ended", anyio.current_time()))
+
+    async def closed(delay: float, lose: bool = False) -> float:
+        """How long the close took."""
+        backend = MemoryBackend(store)
+        if through == "client":
+            async with coord.Client(backend, ttl=6, renew=False) as client:
+                session = client.session
+                session.start_ending(lambda: ending(delay))
+                if lose:
+                    store.expire_lease(session.id)
+                    await session.wait_lost()
+                started = anyio.current_time()
+        else:
+            async with backend, coord.Session(backend, ttl=6) as session:
+                session.start_ending(lambda: ending(delay))
+                if lose:
+                    store.expire_lease(session.id)
+                    await session.wait_lost()
+                started = anyio.current_time()
+        return anyio.current_time() - started
+
+    assert await closed(1) == pytest.approx(1, abs=0.1)
+    assert [e for e, _ in events] == ["ended"]
+    assert await closed(60) == pytest.approx(6, abs=0.1)  # the TTL, then cancelled
+    assert len(events) == 1
+    assert await closed(60, lose=True) < 0.1
+    assert len(events) == 1
+
+
 async def test_a_session_injected_by_hand_is_one_lease() -> None:
     """House style: recipes take their session explicitly. A bare Session is one lease:
     once it is lost, acquires raise instead of waiting for another."""
