@@ -204,9 +204,9 @@ def _not_done(job: Job, what: str, outcome: Outcome) -> ClaimLost:
         )
     else:
         message = (
-            f"the outcome of the {what} is unknown (claim fence {hold.fence}): it was sent "
-            "and no answer came in time, so it may have been applied, or the job may run "
-            "again; the answer is logged when it comes"
+            f"the outcome of the {what} is unknown (claim fence {hold.fence}): no answer "
+            "came from the store (in time, or before the session was lost), so it may have "
+            "been applied, or the job may run again; a late answer is logged when it comes"
         )
     return ClaimLost(f"{hold.name!r}: {message}", outcome=outcome, job_id=job.id)
 
