@@ -28,6 +28,7 @@ from ._harness import FaultRun
 from .test_faults import (
     TTL,
     cluster,
+    others,
     proxy,
     test_client_cut_off_past_its_ttl,
     test_cluster_leader_killed,
@@ -44,6 +45,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.faults, pytest.mark.timeout(120)]
 
 __all__ = [
     "cluster",
+    "others",
     "proxy",
     "test_client_cut_off_past_its_ttl",
     "test_cluster_leader_killed",
