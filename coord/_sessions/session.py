@@ -419,10 +419,13 @@ class Session(SessionSource, OwnedWork, AsyncResource):
         if there is none, or the session is lost: its claims went with it). Shielded:
         the close that calls it is. A checkpoint."""
         with anyio.move_on_after(self._ttl, shield=True):
-            # First: an ending started during this checkpoint is waited for too, and
-            # none can start between the last check and the caller's next step.
-            await anyio.lowlevel.checkpoint()
-            while self._endings and not self.lost:
+            while True:
+                # Before each look (so none can start between the last look and the
+                # caller's next step): an ending started meanwhile is waited for too,
+                # e.g. the give-back of a claim by the task its answer woke with us.
+                await anyio.lowlevel.checkpoint()
+                if not self._endings or self.lost:
+                    break
                 done = anyio.Event()  # one per drain: several may wait at once
                 self._drains.add(done)
                 stop = self.listen(done.set)  # lost meanwhile: no wait
