@@ -186,7 +186,8 @@ async def claim(
 
     try:
         # Not shielded: a cancelled claim returns at once; undo gives back what it made.
-        result = await session.settle(transact, undo=undo, shield=False)
+        # An ending: a close waits for its answer, and the give-back, before the revoke.
+        result = await session.settle(transact, undo=undo, shield=False, ending=True)
     except BackendUnavailable:
         give_back()
         return None

@@ -234,8 +234,10 @@ class SessionKeeper(SessionSource, AsyncResource):
         session = self._current
         try:
             if session is not None:
-                await session.drain()  # (claimed jobs given back first: start_ending)
-                session.declare_lost("the client was closed")
+                try:
+                    await session.drain()  # (claimed jobs given back first: start_ending)
+                finally:  # (also after a native cancellation, which no shield stops)
+                    session.declare_lost("the client was closed")
                 finished = self._finished.get(session)
                 if finished is not None:
                     with anyio.move_on_after(self._ttl + 1, shield=True):

@@ -159,7 +159,7 @@ class Session(SessionSource, OwnedWork, AsyncResource):
         self._in_flight: anyio.Semaphore | None = None
         self._deferred = Deferred(self.start_soon)
         self._endings = 0  # tasks of start_ending still running
-        self._endings_done: anyio.Event | None = None  # set when they are none (drain)
+        self._drains: set[anyio.Event] = set()  # each set when they are none (drain)
         #: Why the session was lost (None while it is not).
         self.reason: str | None = None
 
@@ -296,10 +296,17 @@ class Session(SessionSource, OwnedWork, AsyncResource):
         """
         if self._closed:
             return
-        if self._tg is not None:
-            await self.drain()
-            if self._closed:
-                return  # closed meanwhile, by another call
+        try:
+            if self._tg is not None:
+                await self.drain()
+        finally:
+            # Also when a native asyncio cancellation (which no anyio shield stops) cut
+            # the drain short: else the session would stay open, its lease kept alive.
+            await self._close()
+
+    async def _close(self) -> None:
+        if self._closed:
+            return  # closed meanwhile, by another call
         self._closed = True
         if self._tg is None:
             return
@@ -401,8 +408,9 @@ class Session(SessionSource, OwnedWork, AsyncResource):
                 await func()
             finally:
                 self._endings -= 1
-                if not self._endings and self._endings_done is not None:
-                    self._endings_done.set()
+                if not self._endings:
+                    for done in list(self._drains):
+                        done.set()
 
         self._tg.start_soon(run)
 
@@ -411,14 +419,21 @@ class Session(SessionSource, OwnedWork, AsyncResource):
         if there is none, or the session is lost: its claims went with it). Shielded:
         the close that calls it is. A checkpoint."""
         with anyio.move_on_after(self._ttl, shield=True):
-            while self._endings and not self.lost:
-                self._endings_done = anyio.Event()
-                stop = self.listen(self._endings_done.set)  # lost meanwhile: no wait
+            while True:
+                # Before each look (so none can start between the last look and the
+                # caller's next step): an ending started meanwhile is waited for too,
+                # e.g. the give-back of a claim by the task its answer woke with us.
+                await anyio.lowlevel.checkpoint()
+                if not self._endings or self.lost:
+                    break
+                done = anyio.Event()  # one per drain: several may wait at once
+                self._drains.add(done)
+                stop = self.listen(done.set)  # lost meanwhile: no wait
                 try:
-                    await self._endings_done.wait()
+                    await done.wait()
                 finally:
                     stop()
-            await anyio.lowlevel.checkpoint()
+                    self._drains.discard(done)
 
     def spawn(self, func: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """A session used alone is its own client: its task group."""

@@ -95,6 +95,9 @@ class OwnedWork(ABC):
     def start_soon(self, func: Callable[[], Coroutine[Any, Any, None]]) -> None: ...
 
     @abstractmethod
+    def start_ending(self, func: Callable[[], Coroutine[Any, Any, None]]) -> None: ...
+
+    @abstractmethod
     def declare_lost(self, reason: str) -> None: ...
 
     async def register(
@@ -180,6 +183,7 @@ class OwnedWork(ABC):
         *,
         undo: Callable[[_T | None], None] | None = None,
         shield: bool = True,
+        ending: bool = False,
     ) -> _T | None:
         """Await ``func()`` in a task of the session, which owns its outcome: a native
         asyncio cancellation of the caller stops the wait, not the work. Waits bounded by
@@ -189,7 +193,9 @@ class OwnedWork(ABC):
         If the caller goes away (cancelled, or the TTL passed) *undo* is called when the
         work ends: with its result, or with None if it raised or was cancelled with the
         session (its outcome is unknown, as after a lost reply). So whatever it did for a
-        caller that is gone can be undone.
+        caller that is gone can be undone. With *ending*, the session's close waits for
+        the task (and what its undo starts) before it revokes the lease, up to the TTL
+        (``Session.start_ending``): a cancelled claim still out when the client closes.
 
         Returns the result, or None if it did not finish in time; raises what it raised.
 
@@ -219,7 +225,7 @@ class OwnedWork(ABC):
                 if abandoned:
                     undo_now()
 
-        self.start_soon(run)
+        (self.start_ending if ending else self.start_soon)(run)
         try:
             with anyio.move_on_after(self.ttl, shield=shield):
                 await done.wait()

@@ -548,3 +548,39 @@ async def test_a_client_closed_after_a_cancelled_claim_finds_the_job_given_back(
     with anyio.fail_after(5):
         async with a.queue("cancelled").claim() as job:
             assert (job.payload, job.attempt) == (b"00", 0)  # given back as it was
+
+
+async def test_a_client_closed_while_a_cancelled_claim_is_out_finds_the_job_given_back(
+    clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch, coord_url: str
+) -> None:
+    """As above, but the client is closed while the cancelled claim's transaction is
+    still out (before its answer): the close waits for that answer, and the give-back
+    it brings, before it revokes the lease."""
+    a = clients[0]
+    await _put(a, "cancelled-out", 2)
+    sent = anyio.Event()
+
+    async def slow(transact: Any, ops: Sequence[Op]) -> Any:
+        kinds = [type(op) for op in ops]
+        if kinds == [Update, Create] and not sent.is_set():
+            sent.set()
+            result = await transact(ops)  # applied, and its answer slow to come back:
+            await anyio.sleep(0.3)  # still out when the client closes
+            return result
+        return await transact(ops)
+
+    async with coord.connect(coord_url, ttl=5.0) as b:
+        _wrap(monkeypatch, b, slow)
+
+        async def claiming() -> None:
+            async with b.queue("cancelled-out").claim():
+                raise AssertionError("the claim was cancelled")
+
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(claiming)
+                await sent.wait()
+                tg.cancel_scope.cancel()
+    with anyio.fail_after(10):
+        async with a.queue("cancelled-out").claim() as job:
+            assert (job.payload, job.attempt) == (b"00", 0)  # given back as it was

@@ -61,3 +61,60 @@ async def test_cancelled_waiter_whose_cleanup_hangs_leaves_no_key() -> None:
         await holder.release()
         with anyio.fail_after(5):
             await wait_for_no_waiters(a, "hung-wait")
+
+
+async def test_a_session_closed_natively_cancelled_while_draining_still_closes() -> None:
+    """``task.cancel()`` of a session's close while it waits for its endings (an anyio
+    shield does not stop it): the session is closed all the same, its lease revoked and
+    its tasks stopped; not left open with a keepalive running forever."""
+    store = MemoryStore()
+    backend = MemoryBackend(store)
+    sessions: list[coord.Session] = []
+    closing = anyio.Event()
+
+    async def life() -> None:
+        async with coord.Session(backend, ttl=5) as session:
+            sessions.append(session)
+            await session.register("drain/", value=b"x")  # a key on its lease
+            session.start_ending(lambda: anyio.sleep(3))
+            closing.set()
+        # (the close: its drain waits for the ending)
+
+    async with backend:
+        task = asyncio.create_task(life())
+        await closing.wait()
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        (session,) = sessions
+        assert session.lost
+        assert not session.running
+        assert store.keys() == []
+
+
+async def test_a_client_closed_natively_cancelled_while_draining_says_so() -> None:
+    """``task.cancel()`` of a client's close while it waits for its endings: the
+    session is still declared lost by the client's close (SessionExpiredError for its
+    holders, "the client was closed"), not closed later as if by its owner while live."""
+    backend = MemoryBackend(MemoryStore())
+    sessions: list[coord.Session] = []
+    closing = anyio.Event()
+
+    async def life() -> None:
+        async with coord.Client(backend, ttl=5) as client:
+            sessions.append(client.session)
+            client.session.start_ending(lambda: anyio.sleep(3))
+            closing.set()
+
+    task = asyncio.create_task(life())
+    await closing.wait()
+    await asyncio.sleep(0.1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    (session,) = sessions
+    assert not session.running
+    assert session.reason == "the client was closed"
+    with pytest.raises(coord.SessionExpiredError):
+        session.check()

@@ -233,3 +233,51 @@ async def test_loss_and_renewal_are_logged(caplog: pytest.LogCaptureFixture) -> 
     assert f"{first.id:#x} opened on memory:// (ttl 6s)" in opened[0].getMessage()
     assert f"{session.id:#x} opened" in opened[1].getMessage()
     assert f"replacing {first.id:#x}" in opened[1].getMessage()
+
+
+async def test_concurrent_drains_each_return_when_the_endings_end() -> None:
+    """Two drains at once (a keeper's, and its session's close): each returns when the
+    endings have ended, not the first one after the whole TTL (the second replaced the
+    event the first waits on)."""
+    backend = MemoryBackend(MemoryStore())
+    took: list[float] = []
+    async with backend, coord.Session(backend, ttl=6) as session:
+        session.start_ending(lambda: anyio.sleep(1))
+
+        async def drain() -> None:
+            started = anyio.current_time()
+            await session.drain()
+            took.append(anyio.current_time() - started)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(drain)
+            tg.start_soon(drain)
+    assert took == [pytest.approx(1, abs=0.1)] * 2
+
+
+async def test_an_ending_started_while_the_close_drains_is_waited_for() -> None:
+    """An ending that start_ending accepted (the session was not closed yet) is waited
+    for, even when it starts during the drain's own checkpoint; one that comes after the
+    drain's last look is refused (trio orders the tasks of a batch at random: either)."""
+    backend = MemoryBackend(MemoryStore())
+    outcomes: list[str] = []
+
+    async def ending() -> None:
+        await anyio.sleep(1)
+        outcomes.append("ended")
+
+    async def start() -> None:
+        try:
+            session.start_ending(ending)
+        except (coord.ClosedError, coord.SessionExpiredError):
+            outcomes.append("refused")
+        else:
+            outcomes.append("accepted")
+
+    for _ in range(10):
+        async with backend, coord.Session(backend, ttl=6) as session:
+            outcomes.clear()
+            session.start_soon(start)  # runs at the close's first checkpoint, or after
+            await session.aclose()
+        assert outcomes in (["accepted", "ended"], ["refused"])
+        backend = MemoryBackend(MemoryStore())
