@@ -345,8 +345,9 @@ class Client(AsyncResource):
         await close_on_exit(self.aclose, exc_val)
 
     async def aclose(self) -> None:
-        """Close the session (holders are cancelled and told first, then the lease is
-        revoked) and the connection. Shielded."""
+        """Close the session and the connection. Shielded. First the endings out (a
+        job's ack or release, a claimed job given back) get their answers, up to the
+        TTL; then holders are cancelled and told; then the lease is revoked."""
         if isinstance(self._source, NoSessions):
             self._source.close()
         try:

@@ -257,7 +257,7 @@ async def claim_with(
             give_back()
         late(got[0] if got is not None else None)
 
-    got = await session.settle(work, undo=undo)
+    got = await session.settle(work, undo=undo, ending=True)  # (a close waits for it)
     if got is None:
         return None, None
     answer, result = got

@@ -146,7 +146,12 @@ async def _end(session: Session, ops: list[Op], hold: Hold, job: Job, what: str)
     the answer when it comes."""
 
     late = _late(what, job, hold)
-    answer = await session.settle(lambda: apply(session, ops, hold.entry, job._entry), undo=late)
+    # An ending: a close of the client waits for its answer before it revokes the lease
+    # that the ending is guarded by (else an ack out then is refused, and its job runs
+    # again as a lost attempt).
+    answer = await session.settle(
+        lambda: apply(session, ops, hold.entry, job._entry), undo=late, ending=True
+    )
     return _outcome(answer)
 
 
@@ -299,7 +304,7 @@ async def release_now(
     if session.lost:
         return  # the claim goes with the session
     try:
-        await session.settle(partial(_release, session, entry, state, payload, claim))
+        await session.settle(partial(_release, session, entry, state, payload, claim), ending=True)
     except (ClosedError, SessionExpiredError):
         pass  # closed meanwhile: the claim goes with the session
     except BackendError as exc:  # (told, not raised into the worker loop's drain)

@@ -401,7 +401,6 @@ class Session(SessionSource, OwnedWork, AsyncResource):
         """
         if self._tg is None or self._closed:
             raise self._ended()
-        self._endings += 1
 
         async def run() -> None:
             try:
@@ -413,6 +412,7 @@ class Session(SessionSource, OwnedWork, AsyncResource):
                         done.set()
 
         self._tg.start_soon(run)
+        self._endings += 1  # (after: a task group that refused it counts nothing)
 
     async def drain(self) -> None:
         """Wait until the work of :meth:`start_ending` has ended, up to the TTL (at once

@@ -584,3 +584,43 @@ async def test_a_client_closed_while_a_cancelled_claim_is_out_finds_the_job_give
     with anyio.fail_after(10):
         async with a.queue("cancelled-out").claim() as job:
             assert (job.payload, job.attempt) == (b"00", 0)  # given back as it was
+
+
+async def test_a_client_closed_while_an_ack_is_out_lets_it_land(
+    clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch, coord_url: str
+) -> None:
+    """A client closed while the ack of a job is out waits for its answer (up to the
+    TTL) before it revokes the lease that the ack is guarded by: the ack is told done
+    and the job is gone. Before, the revoke went first: the ack was refused, and the job
+    ran again as a lost attempt. The ack is made slow here."""
+    a = clients[0]
+    await _put(a, "acking", 1)
+    sent = anyio.Event()
+
+    async def slow(transact: Any, ops: Sequence[Op]) -> Any:
+        if [type(op) for op in ops] == [Remove, Remove] and not sent.is_set():
+            sent.set()
+            await anyio.sleep(0.3)  # the client is closed meanwhile
+        return await transact(ops)
+
+    told: list[str] = []
+
+    async def work(client: coord.Client) -> None:
+        try:
+            async with client.queue("acking").claim():
+                pass
+        except coord.ClaimLost as exc:
+            told.append(exc.outcome)
+        else:
+            told.append("done")
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            async with coord.connect(coord_url, ttl=5.0) as b:
+                _wrap(monkeypatch, b, slow)
+                tg.start_soon(work, b)
+                await sent.wait()
+            # b is closed here, with the ack out
+    assert told == ["done"]
+    stats = await a.queue("acking").stats()
+    assert (stats.depth, stats.dead) == (0, 0)
