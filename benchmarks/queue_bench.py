@@ -100,6 +100,12 @@ async def queue_run(url: str, jobs: int, workers: int, keys: int) -> float:
     its next one in one transaction."""
     name = f"r{workers}k{keys}"
     await queue_puts(url, jobs, name, keys)
+    return await run_first(url, name, jobs, workers)
+
+
+async def run_first(url: str, name: str, jobs: int, workers: int) -> float:
+    """Run the first *jobs* of the queue *name* with ``queue.run()``, *workers* over
+    CLIENTS clients: jobs per second."""
     async with AsyncExitStack() as stack:
         pool = [await stack.enter_async_context(coord.connect(url, ttl=10)) for _ in range(CLIENTS)]
         done = 0

@@ -20,12 +20,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
-from contextlib import AsyncExitStack
 from typing import Any
 
-from queue_bench import CLIENTS, queue_puts
+from queue_bench import CLIENTS, queue_puts, run_first
 
-import coord
 from coord.testing import EtcdServer, ZooKeeperServer
 
 WORKERS = 8
@@ -33,34 +31,14 @@ WORKERS = 8
 
 async def first_jobs(url: str, server: Any, depth: int, count: int) -> tuple[float, float, float]:
     """Put *depth* jobs, then run the first *count* with ``queue.run()``: jobs/s, the
-    store's and this process's CPU seconds a job over the run."""
+    store's and this process's CPU seconds a job over the run (the clients' connecting
+    included)."""
     name = f"d{depth}"
     await queue_puts(url, depth, name, 0)
-    async with AsyncExitStack() as stack:
-        pool = [await stack.enter_async_context(coord.connect(url, ttl=10)) for _ in range(CLIENTS)]
-        done = 0
-        finished = asyncio.Event()
-
-        async def handler(job: coord.Job) -> None:
-            nonlocal done
-            done += 1
-            if done >= count:
-                finished.set()
-
-        started, cpu, store = time.perf_counter(), time.process_time(), server.cpu_seconds()
-        tasks = [
-            asyncio.create_task(
-                client.queue(name).run(handler, concurrency=WORKERS // CLIENTS, signals=())
-            )
-            for client in pool
-        ]
-        await finished.wait()
-        took = time.perf_counter() - started
-        store_cpu, client_cpu = server.cpu_seconds() - store, time.process_time() - cpu
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    return count / took, store_cpu / count, client_cpu / count
+    cpu, store = time.process_time(), server.cpu_seconds()
+    rate = await run_first(url, name, count, WORKERS)
+    store_cpu, client_cpu = server.cpu_seconds() - store, time.process_time() - cpu
+    return rate, store_cpu / count, client_cpu / count
 
 
 def main() -> None:

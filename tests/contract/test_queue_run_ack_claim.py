@@ -533,21 +533,11 @@ async def test_a_client_closed_after_a_cancelled_claim_finds_the_job_given_back(
 
     async with coord.connect(coord_url, ttl=5.0) as b:
         _wrap(monkeypatch, b, slow)
-
-        async def claiming() -> None:
-            async with b.queue("cancelled").claim():
-                raise AssertionError("the claim was cancelled")
-
         with anyio.fail_after(5):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(claiming)
-                await sent.wait()
-                tg.cancel_scope.cancel()
+            await _claim_cancelled_once(b, "cancelled", sent)
             await answered.wait()
             await anyio.sleep(0.01)  # the give-back starts
-    with anyio.fail_after(5):
-        async with a.queue("cancelled").claim() as job:
-            assert (job.payload, job.attempt) == (b"00", 0)  # given back as it was
+    await _first_claimed_as_it_was(a, "cancelled")
 
 
 async def test_a_client_closed_while_a_cancelled_claim_is_out_finds_the_job_given_back(
@@ -571,19 +561,29 @@ async def test_a_client_closed_while_a_cancelled_claim_is_out_finds_the_job_give
 
     async with coord.connect(coord_url, ttl=5.0) as b:
         _wrap(monkeypatch, b, slow)
-
-        async def claiming() -> None:
-            async with b.queue("cancelled-out").claim():
-                raise AssertionError("the claim was cancelled")
-
         with anyio.fail_after(5):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(claiming)
-                await sent.wait()
-                tg.cancel_scope.cancel()
+            await _claim_cancelled_once(b, "cancelled-out", sent)
+    await _first_claimed_as_it_was(a, "cancelled-out")
+
+
+async def _claim_cancelled_once(client: coord.Client, name: str, sent: anyio.Event) -> None:
+    """Claim a job of *name* on *client*, and cancel the claim once *sent* is set."""
+
+    async def claiming() -> None:
+        async with client.queue(name).claim():
+            raise AssertionError("the claim was cancelled")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(claiming)
+        await sent.wait()
+        tg.cancel_scope.cancel()
+
+
+async def _first_claimed_as_it_was(client: coord.Client, name: str) -> None:
+    """The first job of *name* is claimable, as it was put: no attempt counted."""
     with anyio.fail_after(10):
-        async with a.queue("cancelled-out").claim() as job:
-            assert (job.payload, job.attempt) == (b"00", 0)  # given back as it was
+        async with client.queue(name).claim() as job:
+            assert (job.payload, job.attempt) == (b"00", 0)
 
 
 async def test_a_client_closed_while_an_ack_is_out_lets_it_land(
