@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from anyio.abc import TaskGroup
 
-__all__ = ["BackgroundTasks", "close_on_exit"]
+__all__ = ["BackgroundTasks", "Endings", "close_on_exit"]
 
 
 async def close_on_exit(aclose: Callable[[], Awaitable[None]], error: BaseException | None) -> None:
@@ -47,6 +47,60 @@ async def close_on_exit(aclose: Callable[[], Awaitable[None]], error: BaseExcept
     except anyio.get_cancelled_exc_class():
         if error is None or anyio.current_effective_deadline() != float("-inf"):
             raise
+
+
+class Endings:
+    """Tasks that a close waits for before it goes on (a job's ack out, a claimed job
+    being given back, a put out): each counted from when a task group took it to its
+    end."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._drains: set[anyio.Event] = set()  # one per wait: each set when none is left
+
+    def start(
+        self,
+        start_soon: Callable[[Callable[[], Coroutine[Any, Any, None]]], None],
+        func: Callable[[], Coroutine[Any, Any, None]],
+    ) -> None:
+        """Run *func* with *start_soon* (a task group's), counted. Not a checkpoint;
+        raises what *start_soon* raises, and then counts nothing."""
+
+        async def run() -> None:
+            try:
+                await func()
+            finally:
+                self._count -= 1
+                if not self._count:
+                    for done in list(self._drains):
+                        done.set()
+
+        start_soon(run)
+        self._count += 1
+
+    async def wait(
+        self,
+        given_up: Callable[[], bool] = lambda: False,
+        listen: Callable[[Callable[[], None]], Callable[[], None]] | None = None,
+    ) -> None:
+        """Until none is running, or ``given_up()`` (looked at again whenever *listen*,
+        if given, calls back; it returns the function that stops it). Unbounded: the
+        caller's scope bounds it. A checkpoint before each look, so that none can start
+        between the last look and the caller's next step: one started meanwhile (by a
+        task woken with this one) is waited for too."""
+        while True:
+            await anyio.lowlevel.checkpoint()
+            if not self._count or given_up():
+                return
+            done = anyio.Event()
+            self._drains.add(done)
+            stop = listen(done.set) if listen is not None else None
+            try:
+                await done.wait()
+            finally:
+                if stop is not None:
+                    stop()
+                self._drains.discard(done)
 
 
 class BackgroundTasks:

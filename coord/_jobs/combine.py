@@ -150,7 +150,7 @@ class Combiner:
             batch = self._take()
             self._out += 1
             try:
-                self._source.spawn(partial(self._send, batch))
+                self._source.spawn(partial(self._send, batch), ending=True)
             except Exception as exc:  # the client is closing: nothing was sent
                 self._out -= 1
                 self._tell(batch, error=exc)

@@ -412,7 +412,7 @@ class Putter:
         self, waiter: str, marker: str | None, made: Entry | None, nonce: str | None = None
     ) -> None:
         try:
-            self._source.spawn(lambda: self._withdraw(waiter, marker, made, nonce))
+            self._source.spawn(lambda: self._withdraw(waiter, marker, made, nonce), ending=True)
         except Exception as exc:  # the client is closing: nothing runs any more
             _log.warning(
                 "queue %r: the job of a cancelled put (%s) may stay queued: %s",

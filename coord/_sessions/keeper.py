@@ -25,7 +25,7 @@ import anyio
 from anyio.abc import AsyncResource
 
 from .._core import retry as _retry
-from .._core.background import BackgroundTasks
+from .._core.background import BackgroundTasks, Endings
 from .._core.checks import check_bool, check_ttl
 from .._core.exceptions import ClosedError, SessionExpiredError
 from .._core.stats import Counters
@@ -92,6 +92,7 @@ class SessionKeeper(SessionSource, AsyncResource):
         self.renews = renew
         self._current: Session | None = None
         self._tg: BackgroundTasks | None = None
+        self._endings = Endings()  # the client's tasks its close waits for (spawn)
         self._changed: anyio.Event | None = None
         self._closing = False
         self._dead = False  # lost, and not renewing
@@ -173,15 +174,21 @@ class SessionKeeper(SessionSource, AsyncResource):
         if not self.renews and session is not None and session.lost:
             raise _no_next(session)
 
-    def spawn(self, func: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    def spawn(self, func: Callable[[], Coroutine[Any, Any, None]], *, ending: bool = False) -> None:
         """Run *func* in the client's task group: across sessions, until the client
         closes. Not a checkpoint.
 
+        :param ending: the close waits for it (up to the TTL, beside the session's
+            endings) before it stops the client's tasks: a put out, told done rather
+            than unknown
         :raises ClosedError: if the client is not open, or closing
         """
         if self._tg is None or self._closing:
             raise ClosedError("the client is not open")
-        self._tg.start_soon(func)
+        if ending:
+            self._endings.start(self._tg.start_soon, func)
+        else:
+            self._tg.start_soon(func)
 
     def changes(self) -> AsyncIterator[Session]:
         """The current session, then each new one as it is opened; ends when the client
@@ -221,9 +228,10 @@ class SessionKeeper(SessionSource, AsyncResource):
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the current session (claimed jobs being given back first, then holders
-        are told, then the lease is revoked; each bounded by the TTL) and stop renewing.
-        Shielded."""
+        """Close the current session and stop renewing. Shielded. First the endings out
+        get their answers (the session's: acks, claimed jobs given back; the client's:
+        puts), up to the TTL; then holders are told; then the lease is revoked (up to
+        the TTL)."""
         if self._closing or self._tg is None:
             self._closing = True
             self._readers.end()
@@ -233,11 +241,18 @@ class SessionKeeper(SessionSource, AsyncResource):
         self._publish()
         session = self._current
         try:
-            if session is not None:
-                try:
-                    await session.drain()  # (claimed jobs given back first: start_ending)
-                finally:  # (also after a native cancellation, which no shield stops)
+            try:
+                # The endings out first: the session's (claimed jobs given back, acks
+                # answered: start_ending) and the client's own (puts out), up to the TTL.
+                with anyio.move_on_after(self._ttl, shield=True):
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(self._endings.wait)
+                        if session is not None:
+                            await session.drain()
+            finally:  # (also after a native cancellation, which no shield stops)
+                if session is not None:
                     session.declare_lost("the client was closed")
+            if session is not None:
                 finished = self._finished.get(session)
                 if finished is not None:
                     with anyio.move_on_after(self._ttl + 1, shield=True):

@@ -20,7 +20,7 @@ import anyio
 from anyio.abc import AsyncResource
 
 from .._core import retry as _retry
-from .._core.background import BackgroundTasks, close_on_exit
+from .._core.background import BackgroundTasks, Endings, close_on_exit
 from .._core.checks import check_ttl
 from .._core.deferred import Deferred, Start
 from .._core.exceptions import (
@@ -98,11 +98,13 @@ class SessionSource(ABC):
         :raises SessionExpiredError: if the session is lost and none will follow
         """
 
-    def spawn(self, func: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    def spawn(self, func: Callable[[], Coroutine[Any, Any, None]], *, ending: bool = False) -> None:
         """Run *func* in a task that outlives the current session: the client's (for a
         clean-up that must go on across sessions, such as withdrawing the job of a
         cancelled put). Not a checkpoint.
 
+        :param ending: the client's close waits for it (up to the TTL) before it stops
+            its tasks: a put out, whose answer its caller waits for
         :raises ClosedError: if closed
         """
         raise ClosedError("this client runs no tasks")
@@ -158,8 +160,7 @@ class Session(SessionSource, OwnedWork, AsyncResource):
         self._listeners: set[Callable[[], None]] = set()
         self._in_flight: anyio.Semaphore | None = None
         self._deferred = Deferred(self.start_soon)
-        self._endings = 0  # tasks of start_ending still running
-        self._drains: set[anyio.Event] = set()  # each set when they are none (drain)
+        self._endings = Endings()  # what the close waits for (start_ending)
         #: Why the session was lost (None while it is not).
         self.reason: str | None = None
 
@@ -401,43 +402,18 @@ class Session(SessionSource, OwnedWork, AsyncResource):
         """
         if self._tg is None or self._closed:
             raise self._ended()
-
-        async def run() -> None:
-            try:
-                await func()
-            finally:
-                self._endings -= 1
-                if not self._endings:
-                    for done in list(self._drains):
-                        done.set()
-
-        self._tg.start_soon(run)
-        self._endings += 1  # (after: a task group that refused it counts nothing)
+        self._endings.start(self._tg.start_soon, func)
 
     async def drain(self) -> None:
         """Wait until the work of :meth:`start_ending` has ended, up to the TTL (at once
         if there is none, or the session is lost: its claims went with it). Shielded:
         the close that calls it is. A checkpoint."""
         with anyio.move_on_after(self._ttl, shield=True):
-            while True:
-                # Before each look (so none can start between the last look and the
-                # caller's next step): an ending started meanwhile is waited for too,
-                # e.g. the give-back of a claim by the task its answer woke with us.
-                await anyio.lowlevel.checkpoint()
-                if not self._endings or self.lost:
-                    break
-                done = anyio.Event()  # one per drain: several may wait at once
-                self._drains.add(done)
-                stop = self.listen(done.set)  # lost meanwhile: no wait
-                try:
-                    await done.wait()
-                finally:
-                    stop()
-                    self._drains.discard(done)
+            await self._endings.wait(lambda: self.lost, self.listen)  # lost: no wait
 
-    def spawn(self, func: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    def spawn(self, func: Callable[[], Coroutine[Any, Any, None]], *, ending: bool = False) -> None:
         """A session used alone is its own client: its task group."""
-        self.start_soon(func)
+        (self.start_ending if ending else self.start_soon)(func)
 
     def call_after(self, delay: float, func: Callable[[], None]) -> Start:
         """Call *func* (it must not block) once *delay* seconds have passed, on the one

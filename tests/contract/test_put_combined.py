@@ -155,3 +155,36 @@ async def test_a_lost_answer_tells_each_put_of_the_transaction_unknown(
     assert len(set(ids)) == 4
     assert all(getattr(told[n], "operation", None) == "put" for n in range(4))
     assert await stored_ids(a, "combined-lost") == ids
+
+
+async def test_a_client_closed_while_puts_are_out_tells_them_done(
+    clients: list[coord.Client], coord_url: str
+) -> None:
+    """A client closed while a transaction of its puts is out (applied, its answer held
+    back) waits for that answer (up to the TTL) before it stops its tasks: each put is
+    told done, not OutcomeUnknown, and its job is queued."""
+    refs: list[coord.JobRef] = []
+    told: list[BaseException] = []
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            async with coord.connect(coord_url, ttl=5.0) as b:
+                held = Held(b.backend)
+
+                async def put(n: int) -> None:
+                    try:
+                        refs.append(await b.queue("combined-close").put(b"%d" % n))
+                    except coord.CoordError as exc:
+                        told.append(exc)
+
+                tg.start_soon(put, 0)
+                await held.arrived(0).wait()
+
+                async def answer_later() -> None:
+                    await anyio.sleep(0.3)  # while the client closes
+                    held.gate(0).set()
+
+                tg.start_soon(answer_later)
+            # b is closed here
+    assert told == []
+    assert await stored_ids(clients[0], "combined-close") == [ref.id for ref in refs]
+    assert len(refs) == 1
