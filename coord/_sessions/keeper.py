@@ -242,13 +242,15 @@ class SessionKeeper(SessionSource, AsyncResource):
         session = self._current
         try:
             try:
-                # The endings out first: the session's (claimed jobs given back, acks
-                # answered: start_ending) and the client's own (puts out), up to the TTL.
+                # The endings out first, up to the TTL: the client's own (puts out),
+                # then the session's (claimed jobs given back, acks answered:
+                # start_ending). In that order: none of the client's can start once it
+                # is closing, but the session's can until it is declared lost (an ack
+                # made while a put is out), so its drain looks last.
                 with anyio.move_on_after(self._ttl, shield=True):
-                    async with anyio.create_task_group() as tg:
-                        tg.start_soon(self._endings.wait)
-                        if session is not None:
-                            await session.drain()
+                    await self._endings.wait()
+                    if session is not None:
+                        await session.drain()
             finally:  # (also after a native cancellation, which no shield stops)
                 if session is not None:
                     session.declare_lost("the client was closed")

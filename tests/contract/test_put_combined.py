@@ -5,6 +5,7 @@ not left queued. The other puts of its transaction are not affected."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -12,12 +13,14 @@ import pytest
 
 import coord
 from coord._jobs import combine
-from coord.abc import Create
+from coord.abc import Create, Remove
 
 from .test_put_many import stored_ids
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from coord.abc import Op
 
 pytestmark = pytest.mark.anyio
 
@@ -188,3 +191,58 @@ async def test_a_client_closed_while_puts_are_out_tells_them_done(
     assert told == []
     assert await stored_ids(clients[0], "combined-close") == [ref.id for ref in refs]
     assert len(refs) == 1
+
+
+async def test_an_ack_made_while_the_close_waits_for_puts_out_lands(
+    clients: list[coord.Client], coord_url: str
+) -> None:
+    """A client closed while a transaction of its puts is out (held): a job that its
+    worker acks while the close waits for that put (the session's drain had nothing to
+    wait for then) is acked before the lease is revoked, not refused by the revoke and
+    run again as a lost attempt."""
+    a = clients[0]
+    await a.queue("combined-ack").put(b"job")
+    claimed = anyio.Event()
+    told: list[str] = []
+
+    async def work(client: coord.Client) -> None:
+        try:
+            async with client.queue("combined-ack").claim():
+                claimed.set()
+                await anyio.sleep(0.1)  # ends while the client closes: its ack is sent
+        except coord.ClaimLost as exc:
+            told.append(exc.outcome)
+        else:
+            told.append("done")
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            async with coord.connect(coord_url, ttl=5.0) as b:
+                held = Held(b.backend)
+                transact = b.backend.transact
+
+                async def slow_ack(ops: Sequence[Op]) -> Any:
+                    if ops and all(isinstance(op, Remove) for op in ops):
+                        await anyio.sleep(0.4)  # the put is answered meanwhile
+                    return await transact(ops)
+
+                b.backend.transact = slow_ack  # type: ignore[method-assign]
+
+                async def put() -> None:
+                    with contextlib.suppress(coord.CoordError):
+                        await b.queue("combined-close-ack").put(b"x")
+
+                tg.start_soon(work, b)
+                await claimed.wait()
+                tg.start_soon(put)
+                await held.arrived(0).wait()
+
+                async def answer_later() -> None:
+                    await anyio.sleep(0.3)  # after the ack was sent, before its answer
+                    held.gate(0).set()
+
+                tg.start_soon(answer_later)
+            # b is closed here
+    assert told == ["done"]
+    stats = await a.queue("combined-ack").stats()
+    assert (stats.depth, stats.dead) == (0, 0)
