@@ -58,6 +58,11 @@ class Endings:
         self._count = 0
         self._drains: set[anyio.Event] = set()  # one per wait: each set when none is left
 
+    @property
+    def running(self) -> int:
+        """How many are running."""
+        return self._count
+
     def start(
         self,
         start_soon: Callable[[Callable[[], Coroutine[Any, Any, None]]], None],

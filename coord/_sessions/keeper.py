@@ -95,6 +95,7 @@ class SessionKeeper(SessionSource, AsyncResource):
         self._endings = Endings()  # the client's tasks its close waits for (spawn)
         self._changed: anyio.Event | None = None
         self._closing = False
+        self._draining = False  # closing, and waiting for the endings: spawn takes them
         self._dead = False  # lost, and not renewing
         self._generation = 0
         self._opened = self._lost = self._failures = 0
@@ -181,9 +182,11 @@ class SessionKeeper(SessionSource, AsyncResource):
         :param ending: the close waits for it (up to the TTL, beside the session's
             endings) before it stops the client's tasks: a put out, told done rather
             than unknown
-        :raises ClosedError: if the client is not open, or closing
+        :raises ClosedError: if the client is not open, or closing (an ending is taken
+            while the close waits for the endings: a cancelled put's withdrawal, started
+            when its transaction out is answered)
         """
-        if self._tg is None or self._closing:
+        if self._tg is None or (self._closing and not (ending and self._draining)):
             raise ClosedError("the client is not open")
         if ending:
             self._endings.start(self._tg.start_soon, func)
@@ -242,16 +245,21 @@ class SessionKeeper(SessionSource, AsyncResource):
         session = self._current
         try:
             try:
-                # The endings out first, up to the TTL: the client's own (puts out),
-                # then the session's (claimed jobs given back, acks answered:
-                # start_ending). In that order: none of the client's can start once it
-                # is closing, but the session's can until it is declared lost (an ack
-                # made while a put is out), so its drain looks last.
+                # The endings out first, up to the TTL: the client's own (puts out,
+                # withdrawals of cancelled puts), and the session's (claimed jobs given
+                # back, acks answered: start_ending), until neither has any: each may
+                # start while the other's are waited for (an ack made while a put is
+                # out; a withdrawal once a cancelled put's transaction is answered).
+                self._draining = True
                 with anyio.move_on_after(self._ttl, shield=True):
-                    await self._endings.wait()
-                    if session is not None:
-                        await session.drain()
+                    while True:
+                        await self._endings.wait()
+                        if session is not None:
+                            await session.drain()  # (a checkpoint: then no more start)
+                        if not self._endings.running:
+                            break
             finally:  # (also after a native cancellation, which no shield stops)
+                self._draining = False
                 if session is not None:
                     session.declare_lost("the client was closed")
             if session is not None:

@@ -246,3 +246,30 @@ async def test_an_ack_made_while_the_close_waits_for_puts_out_lands(
     assert told == ["done"]
     stats = await a.queue("combined-ack").stats()
     assert (stats.depth, stats.dead) == (0, 0)
+
+
+async def test_a_put_cancelled_as_its_client_closes_has_its_job_withdrawn(
+    clients: list[coord.Client], coord_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A put cancelled while its transaction is out (held), as its client closes (the
+    task group around both cancelled): the close waits for that answer, and the job it
+    made is withdrawn before the client's tasks stop, not left queued."""
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            async with coord.connect(coord_url, ttl=5.0) as b:
+                held = Held(b.backend)
+
+                async def put() -> None:
+                    await b.queue("combined-cancel-close").put(b"x")
+
+                tg.start_soon(put)
+                await held.arrived(0).wait()
+
+                async def answer_later() -> None:
+                    await anyio.sleep(0.3)  # while the client closes
+                    held.gate(0).set()
+
+                b._keeper.spawn(answer_later)  # (the client's task: not cancelled below)
+                tg.cancel_scope.cancel()
+            # b is closed here
+    assert await stored_ids(clients[0], "combined-cancel-close") == []
