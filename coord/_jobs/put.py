@@ -442,6 +442,14 @@ class Putter:
             _log.exception(
                 "queue %r: withdrawing %s failed: it may stay queued", self._name, waiter
             )
+        except BaseException:  # the client closed first (its close waited up to the TTL)
+            _log.warning(
+                "queue %r: the client closed before the job of a cancelled put (%s) "
+                "was withdrawn: it may stay queued",
+                self._name,
+                waiter,
+            )
+            raise
 
     async def _withdrawn(
         self,

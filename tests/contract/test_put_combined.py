@@ -273,3 +273,32 @@ async def test_a_put_cancelled_as_its_client_closes_has_its_job_withdrawn(
                 tg.cancel_scope.cancel()
             # b is closed here
     assert await stored_ids(clients[0], "combined-cancel-close") == []
+
+
+async def test_a_withdrawal_cut_short_by_the_close_warns_and_is_bounded(
+    clients: list[coord.Client], coord_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A cancelled put's withdrawal that cannot reach the store (its reads fail) while
+    its client closes: the close waits for it up to the TTL only, then stops it, and a
+    WARNING says that the job may stay queued (it was silent)."""
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            async with coord.connect(coord_url, ttl=2.0) as b:
+                held = Held(b.backend)
+
+                async def down(*args: object) -> Any:
+                    raise coord.BackendUnavailable("down (test)")
+
+                async def put() -> None:
+                    await b.queue("combined-withdraw-down").put(b"x")
+
+                tg.start_soon(put)
+                await held.arrived(0).wait()
+                b.backend.find = down  # type: ignore[method-assign,assignment]
+                held.gate(0).set()
+                tg.cancel_scope.cancel()
+                start = anyio.current_time()
+            # b is closed here
+        took = anyio.current_time() - start
+    assert took < 2 * 2.0 + 1 + 1
+    assert any("may stay queued" in r.getMessage() for r in caplog.records), caplog.text
