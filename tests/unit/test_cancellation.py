@@ -118,3 +118,37 @@ async def test_a_client_closed_natively_cancelled_while_draining_says_so() -> No
     assert session.reason == "the client was closed"
     with pytest.raises(coord.SessionExpiredError):
         session.check()
+
+
+async def test_a_client_closed_natively_cancelled_while_its_puts_are_out_closes() -> None:
+    """``task.cancel()`` of a client's close while it waits for its own endings (a put
+    out: ``spawn(..., ending=True)``): the session is declared lost by the close and the
+    client's tasks are stopped; the ending too, not left running."""
+    backend = MemoryBackend(MemoryStore())
+    sessions: list[coord.Session] = []
+    closing = anyio.Event()
+    ended: list[str] = []
+
+    async def ending() -> None:
+        try:
+            await anyio.sleep(3)
+        finally:
+            ended.append("ended")
+
+    async def life() -> None:
+        async with coord.Client(backend, ttl=5) as client:
+            sessions.append(client.session)
+            client._keeper.spawn(ending, ending=True)
+            closing.set()
+
+    task = asyncio.create_task(life())
+    await closing.wait()
+    await asyncio.sleep(0.1)
+    task.cancel()
+    with anyio.fail_after(2):
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    (session,) = sessions
+    assert not session.running
+    assert session.reason == "the client was closed"
+    assert ended == ["ended"]
