@@ -305,8 +305,9 @@ class Putter:
 
         try:
             # Not shielded: a cancelled put stops waiting at once (and undo withdraws
-            # whatever its request made, once it ends).
-            answer = await session.settle(create, undo=undo, shield=False)
+            # whatever its request made, once it ends). An ending: the client's close
+            # waits for its answer (up to the TTL), so it is told done, not unknown.
+            answer = await session.settle(create, undo=undo, shield=False, ending=True)
         except ClosedError:  # the session closed before the request was started
             ended()
             raise

@@ -238,3 +238,38 @@ async def test_concurrent_repeats_through_two_queue_objects_queue_once(
                 for queue in queues:
                     tg.start_soon(partial(queue.put, b"x", job_id=f"id-{n}"))
         assert (await queues[0].stats()).depth == 10
+
+
+async def test_a_client_closed_while_a_repeatable_put_is_out_tells_it_done(
+    clients: list[coord.Client], coord_url: str
+) -> None:
+    """A client closed while the transaction of a put with a ``job_id`` is out (applied,
+    its answer slow): the close waits for that answer (up to the TTL), as it does for
+    the combined puts of fresh jobs, and the put is told done, not OutcomeUnknown."""
+    told: list[object] = []
+    sent = anyio.Event()
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            async with coord.connect(coord_url, ttl=5.0) as b:
+                transact = b.backend.transact
+
+                async def slow(ops: Any) -> Any:
+                    result = await transact(ops)
+                    if any(isinstance(op, Create) for op in ops) and not sent.is_set():
+                        sent.set()
+                        await anyio.sleep(0.3)  # the client is closed meanwhile
+                    return result
+
+                b.backend.transact = slow  # type: ignore[method-assign]
+
+                async def put() -> None:
+                    try:
+                        told.append(await b.queue("repeat-close").put(b"x", job_id="r-1"))
+                    except coord.CoordError as exc:
+                        told.append(exc)
+
+                tg.start_soon(put)
+                await sent.wait()
+            # b is closed here
+    assert [getattr(ref, "id", ref) for ref in told] == ["r-1"]
+    assert (await clients[0].queue("repeat-close").stats()).depth == 1
