@@ -148,8 +148,9 @@ async def _put_batch(
     session.check()  # a session lost before anything is sent: not done
     try:
         # Not shielded: a cancelled put_many stops waiting at once (and undo withdraws
-        # whatever its request made, once it ends).
-        answer = await session.settle(create, undo=undo, shield=False)
+        # whatever its request made, once it ends). An ending: the client's close waits
+        # for its answer (up to the TTL), so it is told done, not unknown.
+        answer = await session.settle(create, undo=undo, shield=False, ending=True)
     except (BackendUnavailable, SessionExpiredError) as exc:
         raise _unknown(putter, ids, refs, exc) from exc
     if answer is None:  # no answer within the TTL: it goes on without us
