@@ -162,7 +162,8 @@ class Remover:
             )
 
         try:
-            answer = await session.settle(run, undo=late)
+            # An ending: the client's close waits for its answer (up to the TTL).
+            answer = await session.settle(run, undo=late, ending=True)
         except (BackendUnavailable, SessionExpiredError) as exc:
             raise self._unknown(what, operation, job_id, exc) from exc
         if answer is None:  # no answer within the TTL: logged when it comes
