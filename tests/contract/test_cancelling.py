@@ -13,6 +13,7 @@ import coord
 from coord.abc import Remove
 from coord.testing import wait_for_waiters
 
+from ._closing import told_across_a_close
 from .test_queue import take
 
 if TYPE_CHECKING:
@@ -380,30 +381,10 @@ async def test_a_client_closed_while_a_cancel_is_out_tells_it_done(
     close waits for that answer (up to the TTL), as for a put, and the cancel is told
     "cancelled", not OutcomeUnknown."""
     ref = await clients[0].queue("cancel-close").put(b"x")
-    told: list[object] = []
-    sent = anyio.Event()
-    with anyio.fail_after(20):
-        async with anyio.create_task_group() as tg:
-            async with coord.connect(coord_url, ttl=5.0) as b:
-                transact = b.backend.transact
-
-                async def slow(ops: Any) -> Any:
-                    result = await transact(ops)
-                    if ops and isinstance(ops[0], Remove) and not sent.is_set():
-                        sent.set()
-                        await anyio.sleep(0.3)  # the client is closed meanwhile
-                    return result
-
-                b.backend.transact = slow  # type: ignore[method-assign]
-
-                async def cancel() -> None:
-                    try:
-                        told.append(await b.queue("cancel-close").cancel(ref.id))
-                    except coord.CoordError as exc:
-                        told.append(exc)
-
-                tg.start_soon(cancel)
-                await sent.wait()
-            # b is closed here
-    assert told == ["cancelled"]
+    told = await told_across_a_close(
+        coord_url,
+        lambda b: b.queue("cancel-close").cancel(ref.id),
+        lambda ops: bool(ops) and isinstance(ops[0], Remove),
+    )
+    assert told == "cancelled"
     assert (await clients[0].queue("cancel-close").stats()).depth == 0

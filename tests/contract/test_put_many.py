@@ -14,6 +14,7 @@ from coord._jobs import records as _records
 from coord._jobs.batch import BATCH_JOBS
 from coord.abc import Create
 
+from ._closing import told_across_a_close
 from .test_queue import take
 
 pytestmark = pytest.mark.anyio
@@ -223,31 +224,11 @@ async def test_a_client_closed_while_a_batch_is_out_tells_it_done(
     """A client closed while a put_many's transaction is out (applied, its answer slow):
     the close waits for that answer (up to the TTL), as it does for single puts, and the
     put_many returns its jobs, not OutcomeUnknown."""
-    told: list[object] = []
-    sent = anyio.Event()
-    with anyio.fail_after(20):
-        async with anyio.create_task_group() as tg:
-            async with coord.connect(coord_url, ttl=5.0) as b:
-                transact = b.backend.transact
-
-                async def slow(ops: Any) -> Any:
-                    result = await transact(ops)
-                    if any(isinstance(op, Create) for op in ops) and not sent.is_set():
-                        sent.set()
-                        await anyio.sleep(0.3)  # the client is closed meanwhile
-                    return result
-
-                b.backend.transact = slow  # type: ignore[method-assign]
-
-                async def put() -> None:
-                    try:
-                        told.extend(await b.queue("many-close").put_many([b"1", b"2"]))
-                    except coord.CoordError as exc:
-                        told.append(exc)
-
-                tg.start_soon(put)
-                await sent.wait()
-            # b is closed here
+    told = await told_across_a_close(
+        coord_url,
+        lambda b: b.queue("many-close").put_many([b"1", b"2"]),
+        lambda ops: any(isinstance(op, Create) for op in ops),
+    )
     assert len(told) == 2, told
     assert await stored_ids(clients[0], "many-close") == [
         ref.id for ref in told if isinstance(ref, coord.JobRef)

@@ -14,6 +14,7 @@ import coord
 from coord.abc import Create
 from coord.testing import expire_session
 
+from ._closing import told_across_a_close
 from .test_queue import take
 
 pytestmark = pytest.mark.anyio
@@ -246,30 +247,10 @@ async def test_a_client_closed_while_a_repeatable_put_is_out_tells_it_done(
     """A client closed while the transaction of a put with a ``job_id`` is out (applied,
     its answer slow): the close waits for that answer (up to the TTL), as it does for
     the combined puts of fresh jobs, and the put is told done, not OutcomeUnknown."""
-    told: list[object] = []
-    sent = anyio.Event()
-    with anyio.fail_after(20):
-        async with anyio.create_task_group() as tg:
-            async with coord.connect(coord_url, ttl=5.0) as b:
-                transact = b.backend.transact
-
-                async def slow(ops: Any) -> Any:
-                    result = await transact(ops)
-                    if any(isinstance(op, Create) for op in ops) and not sent.is_set():
-                        sent.set()
-                        await anyio.sleep(0.3)  # the client is closed meanwhile
-                    return result
-
-                b.backend.transact = slow  # type: ignore[method-assign]
-
-                async def put() -> None:
-                    try:
-                        told.append(await b.queue("repeat-close").put(b"x", job_id="r-1"))
-                    except coord.CoordError as exc:
-                        told.append(exc)
-
-                tg.start_soon(put)
-                await sent.wait()
-            # b is closed here
-    assert [getattr(ref, "id", ref) for ref in told] == ["r-1"]
+    told = await told_across_a_close(
+        coord_url,
+        lambda b: b.queue("repeat-close").put(b"x", job_id="r-1"),
+        lambda ops: any(isinstance(op, Create) for op in ops),
+    )
+    assert getattr(told, "id", told) == "r-1"
     assert (await clients[0].queue("repeat-close").stats()).depth == 1
