@@ -345,9 +345,11 @@ class Client(AsyncResource):
         await close_on_exit(self.aclose, exc_val)
 
     async def aclose(self) -> None:
-        """Close the session and the connection. Shielded. First the endings out (a
-        job's ack or release, a claimed job given back) get their answers, up to the
-        TTL; then holders are cancelled and told; then the lease is revoked."""
+        """Close the session and the connection. Shielded. First the calls out that
+        change the store get their answers, up to the TTL (a job's ack or release, a
+        claimed job given back, a put, a cancel); then holders are cancelled and told;
+        then the lease is revoked. A put made once the close has begun raises
+        :exc:`coord.ClosedError`: nothing was sent."""
         if isinstance(self._source, NoSessions):
             self._source.close()
         try:

@@ -287,9 +287,10 @@ class Session(SessionSource, OwnedWork, AsyncResource):
         await close_on_exit(self.aclose, exc_val)
 
     async def aclose(self) -> None:
-        """Tell every holder and waiter that the session is over, then revoke the lease
-        (deleting our entries) and stop. The revoke is bounded by the TTL, and so is the
-        wait before it for the claimed jobs being given back (:meth:`start_ending`).
+        """Wait for the endings out (:meth:`start_ending`: acks, claimed jobs given
+        back), then tell every holder and waiter that the session is over, then revoke
+        the lease (deleting our entries) and stop. The wait and the revoke are each
+        bounded by the TTL.
 
         Holders are told first: by the time another client can take a lock of ours, its
         holder here has been cancelled and sees ``hold.lost``. Shielded: cancelling this
