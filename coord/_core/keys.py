@@ -219,7 +219,9 @@ def names_of(keys: Iterable[str], prefix: str) -> list[str]:
 #: waiter key, then the holder's place among the tasks one client hands the lock to in a
 #: row without a round trip (cohort mode; 0 for the key's first holder). Strict and
 #: cohort holds of one lock thus compare: a later key always wins over every local
-#: handoff of an earlier one.
+#: handoff of an earlier one. A job's claim puts in *seq* its number among the claims
+#: made by one transaction (``queue.run()`` groups its workers' joint claims), which
+#: share the revision.
 FENCE_SHIFT = 16
 
 

@@ -34,10 +34,11 @@ from .._core.exceptions import (
     ResyncNeeded,
     SessionExpiredError,
 )
+from .._core.keys import FENCE_SHIFT, fence_of
 from .._locks.hold import Hold
 from ..abc import ChangeKind, Create, Entry, Position, Update
 from . import records as _records
-from .commit import apply
+from .commit import apply, committer_for
 from .endings import release_soon, resolve_soon
 
 if TYPE_CHECKING:
@@ -52,16 +53,24 @@ __all__ = [
     "Pick",
     "choose_many",
     "claim",
+    "claim_value",
     "claim_with",
     "rank",
+    "seq_of",
     "wait_for_change",
 ]
 
 
 class ClaimHold(Hold):
-    """The hold of a claim on a job: lost like a lock, raising ClaimLost."""
+    """The hold of a claim on a job: lost like a lock, raising ClaimLost. Its fence is
+    its claim entry's creation revision and the claim's number among the claims of the
+    transaction that made it (``seq``, see :func:`coord._jobs.commit.Committer.transact_joint`)."""
 
     _lost_error = ClaimLost
+
+    def __init__(self, name: str, session: Session, position: Position, seq: int = 0) -> None:
+        super().__init__(name, session, position)
+        self.fence = fence_of(position.entry.revision, seq)
 
 
 class Pick:
@@ -134,19 +143,34 @@ def _claim_ops(
     assert pick.entry is not None
     assert pick.state is not None
     claim_id = f"@c{uuid.uuid4().hex}"
-    value = json.dumps({**identity, "job": pick.state.id}, separators=(",", ":"))
     header = pick.state.with_(claim=claim_id[2:])  # as id_of() reads it from the key
     ops: list[Op] = [
         Update(pick.entry, _records.encode(header, pick.payload)),
-        Create(claims, claim_id, value.encode(), lease),
+        Create(claims, claim_id, claim_value(identity, pick.state.id), lease),
     ]
     return claim_id, header, ops, Entry(claims + claim_id, lease=lease.id)
 
 
-def _granted(name: str, session: Session, pick: Pick, claimed: Entry) -> ClaimHold:
+def claim_value(identity: dict[str, object], job_id: str, seq: int = 0) -> bytes:
+    """A claim entry's value: who claims, the job, and (if not 0) the claim's number
+    among the claims of its transaction, which its fence holds (:class:`ClaimHold`)."""
+    record = {**identity, "job": job_id, "seq": seq} if seq else {**identity, "job": job_id}
+    return json.dumps(record, separators=(",", ":")).encode()
+
+
+def seq_of(claim: Entry) -> int:
+    """The number of *claim* among the claims of its transaction (:func:`claim_value`)."""
+    try:
+        seq = json.loads(claim.value).get("seq", 0)
+    except (ValueError, AttributeError):
+        return 0
+    return seq if isinstance(seq, int) and 0 <= seq < 1 << FENCE_SHIFT else 0
+
+
+def _granted(name: str, session: Session, pick: Pick, claimed: Entry, seq: int = 0) -> ClaimHold:
     assert pick.state is not None
     hold = ClaimHold(
-        f"{name} job {pick.state.id}", session, Position(claimed, (), claimed.revision)
+        f"{name} job {pick.state.id}", session, Position(claimed, (), claimed.revision), seq
     )
     hold._grant()
     return hold
@@ -225,16 +249,30 @@ async def claim_with(
         ``(hold, updated job entry)`` if the claim was made
     """
     assert pick.entry is not None
-    backend = session.backend
     claim_id, header, ops, provisional = _claim_ops(claims, pick, identity, session.check())
     job_entry = pick.entry
 
     def give_back() -> anyio.Event | None:
         return resolve_soon(session, job_entry, claims, claim_id, provisional)
 
+    assert pick.state is not None
+    job_id = pick.state.id
+    update, create = ops
+    assert isinstance(create, Create)
+
+    def stamped(seq: int) -> list[Op]:
+        # Numbered among the claims of the group it goes in (fences stay distinct).
+        if not seq:
+            return [*ending, update, create]
+        value = claim_value(identity, job_id, seq)
+        return [*ending, update, Create(create.prefix, create.waiter_id, value, create.lease)]
+
+    seq = 0
+
     async def work() -> tuple[Answer, tuple[Entry | None, ...] | None]:
+        nonlocal seq
         try:
-            result = await backend.transact([*ending, *ops])
+            result, seq = await committer_for(session).transact_joint(stamped)
         except Exception:  # (also cancelled with the session: undo gives it back)
             # It may have been applied: the claim is given back before the answer, so
             # that a worker that stops next, and its client closed then, find the job
@@ -266,7 +304,7 @@ async def claim_with(
     job, claimed = result[-2], result[-1]
     assert job is not None
     assert claimed is not None
-    return answer, (_granted(name, session, pick, claimed), job)
+    return answer, (_granted(name, session, pick, claimed, seq), job)
 
 
 async def wait_for_change(

@@ -26,6 +26,7 @@ from coord._core import keys as _keys
 from coord._core.keys import WAITER_MARK, fence_of, waiter_id_of
 from coord._election.leader import CANDIDATE, candidate_value
 from coord._jobs import records as _records
+from coord._jobs.claim import seq_of
 from coord._membership.group import Member
 from coord._membership.member import newest_record, records_of
 from coord._membership.partition import lock_name
@@ -166,7 +167,8 @@ async def _queue(client: coord.Client, name: str, revisions: dict[str, int]) -> 
 def _claim(entry: Entry) -> dict[str, Any]:
     who = parse_identity(entry.value)
     job = who.pop("job", None) or _records.id_of(entry.key)
-    return {"job": job, "fence": fence_of(entry.revision), "identity": identity_in(who)}
+    fence = fence_of(entry.revision, seq_of(entry))  # (as the worker's job.fence)
+    return {"job": job, "fence": fence, "identity": identity_in(who)}
 
 
 async def _partitioner(
