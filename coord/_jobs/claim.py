@@ -10,7 +10,9 @@
   (guarded by the job's version, as read) and the claim entry is created on the worker's
   lease. A job's version changes with every claim, so two workers can never both claim
   it; the claim entry dies with the worker's session, which makes the job claimable
-  again. The job's fence comes from the claim's creation revision (``fence_of``).
+  again. The job's fence comes from the claim's creation revision and its number among
+  the claims of its transaction (``fence_of(revision, seq)``: ``run()`` sends several
+  workers' joint claims as one transaction).
 * Reads are in that order — jobs, then claims — so that a claim made after the jobs
   were read fails the guard, and one that ended after the claims were read is seen by
   the watch started from that read.

@@ -17,7 +17,7 @@ The joint transactions of ``queue.run()`` (an ack and the claim of the worker's 
 :func:`coord._jobs.claim.claim_with`) group too (:meth:`Committer.transact_joint`). Their
 claims come from the looker's stock, and after a conflict lookers keep to their own lanes,
 so another client's claim of the same job seldom refuses a group: measured on etcd (2,000
-jobs, 32 workers over 4 clients, ``run()``), 0.55-0.72 transactions a job where there were
+jobs, 32 workers over 4 clients, ``run()``), 0.54-0.72 transactions a job where there were
 1.3, 7-42 groups refused of about 600, and 1.2x the jobs a second (ZooKeeper: 1.1x). Claims
 of one transaction share its revision, so each is numbered in it (its fence's ``seq``,
 :func:`coord._core.keys.fence_of`): fences stay distinct, and strictly increase claim
