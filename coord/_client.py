@@ -348,8 +348,9 @@ class Client(AsyncResource):
         """Close the session and the connection. Shielded. First the calls out that
         change the store get their answers, up to the TTL (a job's ack or release, a
         claimed job given back, a put, a cancel); then holders are cancelled and told;
-        then the lease is revoked. A put made once the close has begun raises
-        :exc:`coord.ClosedError`: nothing was sent."""
+        then the lease is revoked; the whole close within the TTL and a second. A put
+        made once the close has begun raises :exc:`coord.ClosedError`: nothing was
+        sent."""
         if isinstance(self._source, NoSessions):
             self._source.close()
         try:

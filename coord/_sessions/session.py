@@ -46,7 +46,11 @@ NOT_OPEN = (
     "`async with coord.connect(...) as client:` (or `async with client:`)"
 )
 
-__all__ = ["NOT_OPEN", "Session", "SessionSource"]
+__all__ = ["CLOSE_MARGIN", "NOT_OPEN", "Session", "SessionSource"]
+
+#: A close waits up to the TTL for the endings out, and up to this many seconds more
+#: in all (the revoke's share when the store answered none of them).
+CLOSE_MARGIN = 1.0
 
 _T = TypeVar("_T")
 
@@ -155,6 +159,7 @@ class Session(SessionSource, OwnedWork, AsyncResource):
         self._tg: BackgroundTasks | None = None
         self._closed = False
         self._closed_live = False  # closed by its owner while it was live (see _ended)
+        self._close_by: float | None = None  # when its close gives up (see close_by)
         self._lost: anyio.Event | None = None
         self._scopes: set[anyio.CancelScope] = set()
         self._listeners: set[Callable[[], None]] = set()
@@ -289,8 +294,9 @@ class Session(SessionSource, OwnedWork, AsyncResource):
     async def aclose(self) -> None:
         """Wait for the endings out (:meth:`start_ending`: acks, claimed jobs given
         back), then tell every holder and waiter that the session is over, then revoke
-        the lease (deleting our entries) and stop. The wait and the revoke are each
-        bounded by the TTL.
+        the lease (deleting our entries) and stop. The wait is bounded by the TTL, and
+        the whole close by the TTL and a second: a store that answered no ending in the
+        TTL has one second left for the revoke (it expires the lease anyway).
 
         Holders are told first: by the time another client can take a lock of ours, its
         holder here has been cancelled and sees ``hold.lost``. Shielded: cancelling this
@@ -298,6 +304,7 @@ class Session(SessionSource, OwnedWork, AsyncResource):
         """
         if self._closed:
             return
+        self.close_by(anyio.current_time() + self._ttl + CLOSE_MARGIN)
         try:
             if self._tg is not None:
                 await self.drain()
@@ -314,8 +321,11 @@ class Session(SessionSource, OwnedWork, AsyncResource):
             return
         self._closed_live = not self.lost
         self.declare_lost("the session was closed")
+        deadline = self._close_by
+        if deadline is None:
+            deadline = anyio.current_time() + self._ttl
         try:
-            with anyio.move_on_after(self._ttl, shield=True):
+            with anyio.CancelScope(deadline=deadline, shield=True):
                 if self._lease is not None:
                     try:
                         await self._lease.revoke()
@@ -325,6 +335,14 @@ class Session(SessionSource, OwnedWork, AsyncResource):
             # Exited outside the shield scope: scopes must nest, and the task group was
             # entered in __aenter__.
             await self._tg.aclose()
+
+    def close_by(self, deadline: float) -> None:
+        """Give up the close (the revoke) at *deadline* (``anyio.current_time()``), or at
+        the earlier one already set: the client's close sets its own, which bounds its
+        whole wait (the endings, then the revoke) by the TTL and a second. Not a
+        checkpoint."""
+        if self._close_by is None or deadline < self._close_by:
+            self._close_by = deadline
 
     def declare_lost(self, reason: str) -> None:
         """Mark the session lost now (e.g. the store refused a request on its lease) and

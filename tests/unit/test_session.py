@@ -10,6 +10,7 @@ import trio
 from trio.testing import MockClock
 
 import coord
+from coord._sessions.session import CLOSE_MARGIN
 from coord.backends._common.keepalive import KeptAliveLease
 from coord.backends.memory import MemoryBackend, MemoryStore
 from coord.testing import wait_for_waiters
@@ -281,3 +282,33 @@ async def test_an_ending_started_while_the_close_drains_is_waited_for() -> None:
             await session.aclose()
         assert outcomes in (["accepted", "ended"], ["refused"])
         backend = MemoryBackend(MemoryStore())
+
+
+@pytest.mark.parametrize("through", ["client", "session"])
+async def test_a_close_with_the_store_silent_takes_the_ttl_and_a_second(
+    through: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store answers nothing: an ending out is waited for up to the TTL, and the
+    revoke has what is left of the TTL and a second (the store expires the lease anyway),
+    not a TTL of its own after the endings' (2 x TTL + 1 in all before)."""
+    store = MemoryStore()
+    ttl = 2.0
+
+    async def silent() -> None:
+        await anyio.sleep_forever()
+
+    async def close() -> float:
+        if through == "client":
+            async with coord.Client(MemoryBackend(store), ttl=ttl, renew=False) as client:
+                client.session.start_ending(anyio.sleep_forever)
+                monkeypatch.setattr(client.backend, "_enter", silent)
+                started = anyio.current_time()
+        else:
+            async with MemoryBackend(store) as alone, coord.Session(alone, ttl=ttl) as session:
+                session.start_ending(anyio.sleep_forever)
+                monkeypatch.setattr(alone, "_enter", silent)
+                started = anyio.current_time()
+        return anyio.current_time() - started
+
+    took = await close()
+    assert took == pytest.approx(ttl + CLOSE_MARGIN, abs=0.3)
