@@ -256,6 +256,19 @@ async def test_an_idle_looker_holds_no_more_than_its_stock_of_payloads(
     assert payloads <= _stock.STOCK_BYTES, f"{payloads} bytes of payloads held"
 
 
+def _jobs_updated(client: coord.Client, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The store keys of the jobs *client*'s transactions update from now on (claims)."""
+    touched: list[str] = []
+    transact = client.backend.transact
+
+    async def recorded(ops: Sequence[Op]) -> Any:
+        touched.extend(op.entry.key for op in ops if isinstance(op, Update))
+        return await transact(ops)
+
+    monkeypatch.setattr(client.backend, "transact", recorded)
+    return touched
+
+
 async def test_a_claim_acked_between_the_two_reads_is_not_taken_for_dead(
     clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -287,19 +300,12 @@ async def test_a_claim_acked_between_the_two_reads_is_not_taken_for_dead(
             await acked.wait()
         return await entries(prefix, **options)
 
-    touched: list[str] = []
-    transact = b.backend.transact
-
-    async def recorded(ops: Sequence[Op]) -> Any:
-        touched.extend(op.entry.key for op in ops if isinstance(op, Update))
-        return await transact(ops)
-
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
             tg.start_soon(hold_first)
             await claimed.wait()
             monkeypatch.setattr(b.backend, "entries", between)
-            monkeypatch.setattr(b.backend, "transact", recorded)
+            touched = _jobs_updated(b, monkeypatch)
             async with queue_b.claim() as job:
                 assert (job.id, job.attempt) == (second.id, 0)
     assert leave.is_set()
@@ -352,20 +358,13 @@ async def test_a_job_claimed_again_between_the_reads_is_not_claimed_twice(
             await reclaimed.wait()
         return await get(key)
 
-    touched: list[str] = []
-    transact = b.backend.transact
-
-    async def recorded(ops: Sequence[Op]) -> Any:
-        touched.extend(op.entry.key for op in ops if isinstance(op, Update))
-        return await transact(ops)
-
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
             tg.start_soon(hold_and_give_back)
             await claimed.wait()
             monkeypatch.setattr(b.backend, "entries", reads)
             monkeypatch.setattr(b.backend, "get", gets)
-            monkeypatch.setattr(b.backend, "transact", recorded)
+            touched = _jobs_updated(b, monkeypatch)
             async with b.queue("again").claim() as job:
                 assert (job.id, job.attempt) == (second.id, 0)
             leave.set()
