@@ -229,6 +229,9 @@ class Looker:
         if not stock.fresh(session):
             self._reading, self._claimed_meanwhile = True, set()
             try:
+                # Holding a place among the idle lookers, this read may end in a watch:
+                # its claims from before the jobs were read (see _wait_idle).
+                before = await self._claims_before(session) if self._holding_slot() else None
                 jobs, claims = await stock.read(session)
             finally:
                 self._reading = False
@@ -249,7 +252,7 @@ class Looker:
                 return
             if not picks:
                 assert claims is not None  # nothing claimable: the claims were read
-                await self._wait_idle(session.backend, jobs, claims, wake_at)
+                await self._wait_idle(session.backend, jobs, before, wake_at)
                 return
             stock.refill(
                 session, jobs, picks, wake_at, now=now, busy=busy, waiting=len(self._waiters)
@@ -377,14 +380,30 @@ class Looker:
                 self._claims_ended = anyio.Event()
             await self._claims_ended.wait()
 
+    async def _claims_before(self, session: Session) -> Listing | None:
+        """The live claims, read before the jobs by a looker that may watch after its
+        read (None if the store did not answer)."""
+        try:
+            return await session.backend.entries(self._stock.claims_prefix)
+        except BackendUnavailable:
+            return None
+
     async def _wait_idle(
-        self, backend: Backend, jobs: Listing, claims: Listing, wake_at: float | None
+        self, backend: Backend, jobs: Listing, claims: Listing | None, wake_at: float | None
     ) -> None:
         """Nothing is claimable: take a place among the idle lookers, or, holding one,
-        watch the queue until something may have changed."""
+        watch the queue until something may have changed.
+
+        The claims are watched from *claims*, read before *jobs* (not from the claims
+        read after them, for the guards): a claim entry that came and went between the
+        two reads (an unpark's passing entry, after the jobs read showed its job parked)
+        is a deletion after the jobs read, which the watch must see."""
         if not self._holding_slot():
             await self._enter_idle()
             return  # read again: the watch starts from a read made as a watcher
+        if claims is None:  # not read before the jobs (they failed): read again
+            await anyio.sleep(0.1)
+            return
         with anyio.CancelScope() as self._watching:
             if self._waiters:
                 await _claiming.wait_for_change(

@@ -182,16 +182,23 @@ class Stock:
         if not suspects:
             return jobs
         now: dict[str, Entry | None] = {}
-
-        async def get(entry: Entry) -> None:
-            now[entry.key] = await backend.get(entry.key)
-
         if len(suspects) == 1:
-            await get(suspects[0])
+            now[suspects[0].key] = await backend.get(suspects[0].key)
         else:
+            failed: list[Exception] = []
+
+            async def get(entry: Entry, scope: anyio.CancelScope) -> None:
+                try:
+                    now[entry.key] = await backend.get(entry.key)
+                except Exception as exc:  # raised as itself below, not in a group
+                    failed.append(exc)
+                    scope.cancel()
+
             async with anyio.create_task_group() as tg:
                 for entry in suspects:
-                    tg.start_soon(get, entry)
+                    tg.start_soon(get, entry, tg.cancel_scope)
+            if failed:  # (BackendUnavailable: read retries)
+                raise failed[0]
         changed: dict[str, Entry] = {}
         newer: set[str] = set()
         for entry in suspects:

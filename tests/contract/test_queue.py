@@ -5,6 +5,7 @@ input, and that a put wakes one idle worker, not all of them."""
 from __future__ import annotations
 
 from contextlib import AsyncExitStack
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -212,6 +213,61 @@ async def test_unpark_wakes_a_waiting_worker_whatever_the_number_parked(
             await anyio.sleep(0.3)  # it looked, found all parked, and waits
             assert await queue.unpark("k19") == 1
     assert got == [b"19"]
+
+
+async def test_an_unpark_between_an_idle_lookers_two_reads_wakes_it(
+    clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An idle looker, woken, reads the jobs (one of them parked), then the claims. An
+    unpark comes between the two reads, its passing entry among the claims made and
+    deleted before the claims are read: the job, read parked, is claimable now, and the
+    looker's watch must see that deletion (it came after the jobs read)."""
+    a, b = clients[0], clients[1]
+    queue = a.queue("unpark-between", max_attempts=1, on_exhausted="park")
+    parked = await queue.put(b"parked")
+    with pytest.raises(ValueError, match="no"):
+        async with queue.claim():
+            raise ValueError("no")
+    assert (await queue.stats()).parked == 1
+    other = await queue.put(b"other")
+    held, ack = anyio.Event(), anyio.Event()
+    armed, last = [False], [""]
+
+    async def hold_other() -> None:
+        async with queue.claim() as job:
+            assert job.id == other.id
+            held.set()
+            await ack.wait()
+
+    entries = b.backend.entries
+
+    async def reads(prefix: str, **options: Any) -> Any:
+        previous, last[0] = last[0], prefix
+        if prefix.endswith("/_claims/") and previous.endswith("/_jobs/") and armed[0]:
+            armed[0] = False  # b read the jobs: unparked, and its passing entry gone
+            assert await queue.unpark(None) == 1
+            for _ in range(500):  # until a's session has deleted the passing entry
+                if not (await a.backend.entries(prefix)).entries:
+                    break
+                await anyio.sleep(0.01)
+        return await entries(prefix, **options)
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(hold_other)
+            await held.wait()
+            monkeypatch.setattr(b.backend, "entries", reads)
+
+            async def wake_b() -> None:
+                await wait_for_waiters(b, "unpark-between/_idle", 1)
+                await anyio.sleep(0.3)  # it looked, found nothing claimable, and waits
+                armed[0] = True
+                ack.set()  # the ack wakes b, which reads again
+
+            tg.start_soon(wake_b)
+            async with b.queue("unpark-between").claim() as job:
+                assert job.id == parked.id
+    assert armed == [False], "no unpark between the reads"
 
 
 async def test_a_deferred_job_comes_back_as_it_was(clients: list[coord.Client]) -> None:

@@ -373,3 +373,48 @@ async def test_a_job_claimed_again_between_the_reads_is_not_claimed_twice(
     assert [key for key in touched if first.id in key] == [], "b claimed the job c holds"
     stats = await a.queue("again").stats()
     assert (stats.depth, stats.in_flight) == (0, 0)
+
+
+async def test_a_failed_read_again_of_one_of_several_jobs_is_retried(
+    clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Several jobs name claims the claims read lacks, and one of their reads again fails
+    (the store did not answer it): the looker reads again, as after any failed read, and
+    its worker gets the claimable job; nobody is told the failure (nor a group of it)."""
+    a, b = clients[0], clients[1]
+    queue_a, queue_b = a.queue("again-fails"), b.queue("again-fails")
+    await queue_a.put(b"1")
+    await queue_a.put(b"2")
+    third = await queue_a.put(b"3")
+    claimed, leave, acked = anyio.Event(), anyio.Event(), anyio.Event()
+
+    async def hold_two() -> None:
+        async with queue_a.claim(), queue_a.claim():
+            claimed.set()
+            await leave.wait()
+        acked.set()
+
+    entries, get = b.backend.entries, b.backend.get
+    failed: list[str] = []
+
+    async def between(prefix: str, **options: Any) -> Any:
+        if prefix.endswith("/_claims/") and not leave.is_set():
+            leave.set()  # a acks both after b read the jobs, before b reads the claims
+            await acked.wait()
+        return await entries(prefix, **options)
+
+    async def gets(key: str) -> Any:
+        if not failed:
+            failed.append(key)
+            raise coord.BackendUnavailable("no answer (test)")
+        return await get(key)
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(hold_two)
+            await claimed.wait()
+            monkeypatch.setattr(b.backend, "entries", between)
+            monkeypatch.setattr(b.backend, "get", gets)
+            async with queue_b.claim() as job:
+                assert (job.id, job.attempt) == (third.id, 0)
+    assert failed, "no job was read again"
