@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from .._core import keys as _keys
+from .._core import retry as _retry
 from .._core.exceptions import (
     BackendError,
     BackendUnavailable,
@@ -401,8 +402,8 @@ class Looker:
         if not self._holding_slot():
             await self._enter_idle()
             return  # read again: the watch starts from a read made as a watcher
-        if claims is None:  # not read before the jobs (they failed): read again
-            await anyio.sleep(0.1)
+        if claims is None:  # not read before the jobs (the store did not answer): again
+            await _retry.backoff(0)
             return
         with anyio.CancelScope() as self._watching:
             if self._waiters:
