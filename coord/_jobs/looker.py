@@ -114,6 +114,7 @@ class Looker:
         self._stock = Stock(name)
         self._idle = Semaphore(source, _keys.internal_name(name, "_idle"), IDLE_WATCHERS)
         self._idle._counted = False  # the lookers' turns are not the user's locks
+        self._idle._loss_warned = False  # (lost with a closing client: nobody to tell)
         self._slot: Hold | None = None
         self._waiters: deque[_Waiter] = deque()
         self._running = False

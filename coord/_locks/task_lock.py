@@ -123,6 +123,9 @@ class TaskLock:
     _kind = "mutex"
     #: Whether its acquires count in the client's statistics (not a queue's own turns).
     _counted = True
+    #: Whether a hold lost by its release is logged at WARNING (not a queue's idle
+    #: lookers' places, which a closing client's revoke takes before its looker leaves).
+    _loss_warned = True
 
     def _peer_side(self, layout: str) -> Side:
         """The side of kazoo's or Curator's *layout* that this recipe is (ConfigurationError
@@ -338,7 +341,10 @@ class TaskLock:
                 self._what, self._name, hold.fence, held, lost is not None
             )
         if lost is not None:
-            _log.warning("%s %s", self._what, lost)  # the name, its fence, and why
+            # The name, its fence, and why (at DEBUG for a place that coord keeps for
+            # itself, whose loss no user acts on: see _loss_warned).
+            log = _log.warning if self._loss_warned else _log.debug
+            log("%s %s", self._what, lost)
         elif _log.isEnabledFor(logging.DEBUG):
             what, name = self._what, self._name
             _log.debug("%s %r released (fence %d) after %.3fs", what, name, hold.fence, held)

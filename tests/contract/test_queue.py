@@ -538,3 +538,33 @@ async def test_a_looker_with_nobody_waiting_holds_no_job(clients: list[coord.Cli
             await anyio.sleep(0.01)
     assert looker._stock._decoded == {}
     assert looker._stock.picks == []
+
+
+def _lost_places(caplog: pytest.LogCaptureFixture) -> list[Any]:
+    return [r for r in caplog.records if "_idle" in (m := r.getMessage()) and " lost " in m]
+
+
+async def test_a_lookers_idle_place_lost_at_its_release_warns_nobody(
+    clients: list[coord.Client], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A looker's place among a queue's idle lookers is coord's own (a closing client's
+    revoke takes it before the looker leaves): its loss at the release is no WARNING
+    of a user's lock being lost (it was logged as one, at every such close)."""
+    from coord._core.keys import internal_name, prefix_of
+
+    a, b = clients[0], clients[1]
+    idle = internal_name("quiet", "_idle")
+    with caplog.at_level("DEBUG", logger="coord"), anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: a.queue("quiet").claim().__aenter__())
+            await wait_for_waiters(b, idle, 1)  # the looker holds its place
+            [place] = (await b.backend.entries(prefix_of(idle))).entries
+            assert await b.backend.delete(place)  # gone behind the looker's back
+            tg.cancel_scope.cancel()  # the worker stops waiting: the looker leaves
+        for _ in range(100):  # (the looker leaves in its own task)
+            if _lost_places(caplog):
+                break
+            await anyio.sleep(0.02)
+    told = _lost_places(caplog)
+    assert told, "the looker's release was not seen"
+    assert [r.levelname for r in told] == ["DEBUG"] * len(told), told
