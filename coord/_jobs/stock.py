@@ -101,7 +101,8 @@ class Stock:
         # Per job of the last read that has a key: the next job of that key read (see
         # acked), by the store key of the job before it.
         self._after: dict[str, tuple[Entry, int]] = {}
-        # Claims newer than the last claims read, named by jobs read again (_confirm_dead).
+        # Claims taken to be live though the last claims read lacks them (_confirm_dead):
+        # those of jobs gone since the jobs read, and newer ones that jobs now name.
         self._newer_claims: set[str] = set()
         # See decode: (creation revision, version) -> header and payload, per key.
         self._decoded: dict[str, tuple[tuple[int, int], _records.State, bytes]] = {}
@@ -346,8 +347,8 @@ class Stock:
         return state, payload
 
     def _live(self, claims: Listing | None) -> set[str] | None:
-        """The ids of the claims taken to be live: those read, and those newer than that
-        read that a job read again names (see :meth:`_confirm_dead`); None if not read."""
+        """The ids of the claims taken to be live: those read, and those that read lacks
+        but :meth:`_confirm_dead` takes to be live; None if the claims were not read."""
         if claims is None:
             return None
         return {_records.id_of(e.key) for e in claims.entries}.union(self._newer_claims)
