@@ -232,8 +232,10 @@ class Looker:
             self._reading, self._claimed_meanwhile = True, set()
             try:
                 # Holding a place among the idle lookers, this read may end in a watch:
-                # its claims from before the jobs were read (see _wait_idle).
-                before = await self._claims_before(session) if self._holding_slot() else None
+                # with parked jobs about, its claims from before the jobs were read (see
+                # _wait_idle). Without, none (a round trip more before each claim).
+                early = self._holding_slot() and stock.parked_seen
+                before = await self._claims_before(session) if early else None
                 jobs, claims = await stock.read(session)
             finally:
                 self._reading = False
@@ -254,7 +256,12 @@ class Looker:
                 return
             if not picks:
                 assert claims is not None  # nothing claimable: the claims were read
-                await self._wait_idle(session.backend, jobs, before, wake_at)
+                if early:
+                    await self._wait_idle(session.backend, jobs, before, wake_at)
+                elif self._holding_slot() and stock.parked_seen:
+                    return  # parked jobs: read again, the claims first (see _wait_idle)
+                else:
+                    await self._wait_idle(session.backend, jobs, claims, wake_at)
                 return
             stock.refill(
                 session, jobs, picks, wake_at, now=now, busy=busy, waiting=len(self._waiters)
@@ -396,10 +403,13 @@ class Looker:
         """Nothing is claimable: take a place among the idle lookers, or, holding one,
         watch the queue until something may have changed.
 
-        The claims are watched from *claims*, read before *jobs* (not from the claims
-        read after them, for the guards): a claim entry that came and went between the
-        two reads (an unpark's passing entry, after the jobs read showed its job parked)
-        is a deletion after the jobs read, which the watch must see."""
+        While *jobs* holds parked jobs, the claims are watched from *claims* read before
+        *jobs* (not from the claims read after them, for the guards): a claim entry that
+        came and went between the two reads (an unpark's passing entry, after the jobs
+        read showed its job parked) is a deletion after the jobs read, which the watch
+        must see. Without parked jobs no change of a claim between the two reads is
+        missed (a claim that ends is missing from the second read, and its job is read
+        again: see Stock._confirm_dead), and the claims read after the jobs serves."""
         if not self._holding_slot():
             await self._enter_idle()
             return  # read again: the watch starts from a read made as a watcher

@@ -104,6 +104,9 @@ class Stock:
         # Claims taken to be live though the last claims read lacks them (_confirm_dead):
         # those of jobs gone since the jobs read, and newer ones that jobs now name.
         self._newer_claims: set[str] = set()
+        #: Whether the last read of the jobs held a parked one (or none was made yet):
+        #: then an idle looker reads the claims before the jobs too (Looker._wait_idle).
+        self.parked_seen = True
         # See decode: (creation revision, version) -> header and payload, per key.
         self._decoded: dict[str, tuple[tuple[int, int], _records.State, bytes]] = {}
 
@@ -225,8 +228,12 @@ class Stock:
     def choose(
         self, jobs: Listing, claims: Listing | None, now: float
     ) -> tuple[list[_claiming.Pick], float | None]:
-        """The claimable jobs of a read (see :func:`coord._jobs.claim.choose_many`)."""
+        """The claimable jobs of a read (see :func:`coord._jobs.claim.choose_many`);
+        notes whether any job of the read is parked (:attr:`parked_seen`), when the read
+        is the whole queue's head that the claims were read for."""
         live = self._live(claims)
+        if claims is not None:
+            self.parked_seen = any(self.decode(e)[0].parked for e in jobs.entries)
         return _claiming.choose_many(
             jobs.entries, live, now, len(jobs.entries), self.decode, priorities=self.priorities
         )
