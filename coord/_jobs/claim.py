@@ -14,10 +14,11 @@
   the claims of its transaction (``fence_of(revision, seq)``: ``run()`` sends several
   workers' joint claims as one transaction).
 * Reads are in that order — jobs, then claims — so that a claim made after the jobs
-  were read fails the guard. An idle looker's watch of the claims starts from a read of
-  them made before the jobs read (``Looker._wait_idle``): a claim that ended after the
-  jobs were read is seen, even one that came and went before the claims were read (an
-  unpark's passing entry, whose job that jobs read saw parked).
+  were read fails the guard. While parked jobs are about, an idle looker's watch of the
+  claims starts from a read of them made before the jobs read (``Looker._wait_idle``):
+  a claim that ended after the jobs were read is seen, even one that came and went
+  before the claims were read (an unpark's passing entry, whose job that jobs read saw
+  parked).
 """
 
 from __future__ import annotations

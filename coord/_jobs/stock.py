@@ -176,8 +176,9 @@ class Stock:
           lacks is live if a second read of the claims has it (its end comes after the
           first, and a watch from it sees it), else dead: claimable, guarded by the
           version read now, which any ending of that claim changes."""
-        live = {_records.id_of(e.key) for e in claims.entries}
         self._newer_claims = set()
+        live = self._live(claims)
+        assert live is not None
         suspects: list[Entry] = []
         for entry in jobs.entries:
             claim = self.decode(entry)[0].claim

@@ -10,6 +10,7 @@ runs in a task of the session instead, which carries on.
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
@@ -17,6 +18,9 @@ import pytest
 import coord
 from coord.backends.memory import MemoryBackend, MemoryStore
 from coord.testing import wait_for_no_waiters, wait_for_waiters
+
+if TYPE_CHECKING:
+    from collections.abc import Coroutine
 
 pytestmark = pytest.mark.anyio
 
@@ -63,6 +67,18 @@ async def test_cancelled_waiter_whose_cleanup_hangs_leaves_no_key() -> None:
             await wait_for_no_waiters(a, "hung-wait")
 
 
+async def _cancel_while_closing(life: Coroutine[Any, Any, None], closing: anyio.Event) -> None:
+    """Run *life* in a task of its own; once it sets *closing* (and its close has begun
+    to wait for its endings), cancel that task natively (``task.cancel()``, which no
+    anyio shield stops): it must end at once, cancelled."""
+    task = asyncio.create_task(life)
+    await closing.wait()
+    await asyncio.sleep(0.1)
+    task.cancel()
+    with anyio.fail_after(2), pytest.raises(asyncio.CancelledError):
+        await task
+
+
 async def test_a_session_closed_natively_cancelled_while_draining_still_closes() -> None:
     """``task.cancel()`` of a session's close while it waits for its endings (an anyio
     shield does not stop it): the session is closed all the same, its lease revoked and
@@ -81,12 +97,7 @@ async def test_a_session_closed_natively_cancelled_while_draining_still_closes()
         # (the close: its drain waits for the ending)
 
     async with backend:
-        task = asyncio.create_task(life())
-        await closing.wait()
-        await asyncio.sleep(0.1)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        await _cancel_while_closing(life(), closing)
         (session,) = sessions
         assert session.lost
         assert not session.running
@@ -107,12 +118,7 @@ async def test_a_client_closed_natively_cancelled_while_draining_says_so() -> No
             client.session.start_ending(lambda: anyio.sleep(3))
             closing.set()
 
-    task = asyncio.create_task(life())
-    await closing.wait()
-    await asyncio.sleep(0.1)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    await _cancel_while_closing(life(), closing)
     (session,) = sessions
     assert not session.running
     assert session.reason == "the client was closed"
@@ -141,13 +147,7 @@ async def test_a_client_closed_natively_cancelled_while_its_puts_are_out_closes(
             client._keeper.spawn(ending, ending=True)
             closing.set()
 
-    task = asyncio.create_task(life())
-    await closing.wait()
-    await asyncio.sleep(0.1)
-    task.cancel()
-    with anyio.fail_after(2):
-        with pytest.raises(asyncio.CancelledError):
-            await task
+    await _cancel_while_closing(life(), closing)
     (session,) = sessions
     assert not session.running
     assert session.reason == "the client was closed"
