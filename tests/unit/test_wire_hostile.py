@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 TIMEOUT = 0.6  # the session timeout the scripted servers grant (seconds)
 _TIMEOUT_MS = int(TIMEOUT * 1000)
+_RESUMED_MS = 5000  # the timeout granted to a session resumed on a well-behaved server
 
 
 @pytest.fixture
@@ -61,7 +62,10 @@ async def _loss_then_resume(tasks: anyio.abc.TaskGroup, hostile: Step, *, within
 
 
 async def _serve_short(peer: Peer) -> None:
-    await peer.connect(timeout_ms=_TIMEOUT_MS)
+    # The resumed connection is granted a longer timeout: it is not what these cases
+    # test, and at 0.6 s a loaded CI machine's late ping made a third connection
+    # (``connections == 3``) once.
+    await peer.connect(timeout_ms=_RESUMED_MS)
     await peer.serve_requests()
 
 
