@@ -63,6 +63,12 @@ _CUT = "..."
 #: A job's priority is an int from ``-MAX_PRIORITY`` to ``MAX_PRIORITY`` (0 by default).
 MAX_PRIORITY = 2**31 - 1
 _PRIORITY_FIELD = b'"priority":'
+_LENGTH_AT = len(_MAGIC)
+_HEADER_AT = _LENGTH_AT + _LENGTH.size
+#: The header's fields that State has (any other is kept in State.extra).
+_FIELDS = frozenset(
+    {"id", "key", "attempt", "not_before", "parked", "claim", "error", "priority", "timeout"}
+)
 
 
 @dataclass(frozen=True)
@@ -218,31 +224,37 @@ HEADER_ROOM = _header_room()
 def decode(entry: Entry) -> tuple[State, bytes]:
     """The header and payload of a job entry. An entry that is not a job (written by
     something else) decodes as a parked job with that error, so that it is neither
-    handed out nor silently dropped."""
+    handed out nor silently dropped. (A look decodes every job it reads that changed
+    since: keep it lean.)"""
     value = entry.value
     try:
         if not value.startswith(_MAGIC):
             raise ValueError("no job header")
-        (length,) = _LENGTH.unpack_from(value, len(_MAGIC))
-        start = len(_MAGIC) + _LENGTH.size
-        header = json.loads(value[start : start + length])
-        known = {"id", "key", "attempt", "not_before", "parked", "claim", "error"}
-        known |= {"priority", "timeout"}
-        timeout = header.get("timeout")
-        state = State(
-            id=str(header["id"]),
-            key=header.get("key"),
-            attempt=int(header.get("attempt", 0)),
-            not_before=float(header.get("not_before", 0.0)),
-            parked=bool(header.get("parked", False)),
-            claim=header.get("claim"),
-            error=header.get("error"),
-            priority=int(header.get("priority", 0)),
-            timeout=None if timeout is None else float(timeout),
-            extra={k: v for k, v in header.items() if k not in known},
+        (length,) = _LENGTH.unpack_from(value, _LENGTH_AT)
+        header = json.loads(value[_HEADER_AT : _HEADER_AT + length])
+        get = header.get  # (AttributeError: not an object)
+        key, claim, error, timeout = get("key"), get("claim"), get("error"), get("timeout")
+        if not all(isinstance(v, str) for v in (key, claim, error) if v is not None):
+            raise TypeError("its key, claim and error must be strings or null")
+        extra = (
+            {}
+            if header.keys() <= _FIELDS
+            else {k: v for k, v in header.items() if k not in _FIELDS}
         )
-        return state, value[start + length :]
-    except (ValueError, KeyError, TypeError, struct.error) as exc:
+        state = State(
+            str(header["id"]),
+            key,
+            int(get("attempt", 0)),
+            float(get("not_before", 0.0)),
+            bool(get("parked", False)),
+            claim,
+            error,
+            int(get("priority", 0)),
+            None if timeout is None else float(timeout),
+            extra,
+        )
+        return state, value[_HEADER_AT + length :]
+    except (ValueError, KeyError, TypeError, AttributeError, struct.error) as exc:
         return State(id=id_of(entry.key), parked=True, error=f"not a job: {exc}"), value
 
 

@@ -11,7 +11,7 @@ import pytest
 
 import coord
 from coord._jobs import records as _jobs
-from coord.abc import Update
+from coord.abc import Entry, Update
 from coord.testing.pytest_plugin import fresh_namespace
 
 pytestmark = pytest.mark.anyio
@@ -50,6 +50,41 @@ def test_the_widest_header_fits_its_room() -> None:
         error="\U0001f600" * 10_000,
     )
     assert len(_jobs.encode(state, b"")) <= _jobs.HEADER_ROOM
+
+
+@pytest.mark.parametrize(
+    "header",
+    [b"[]", b'"text"', b"null", b'{"id": "j", "key": ["k"]}', b'{"id": "j", "claim": 7}'],
+    ids=["a list", "a string", "null", "a list for key", "a number for claim"],
+)
+def test_a_header_of_the_wrong_shape_decodes_as_a_parked_foreign_entry(header: bytes) -> None:
+    """Not a job (a header that is valid JSON but not a job's object): parked with the
+    reason, never handed out, never an exception out of a look (a list raised
+    AttributeError from every look at the queue)."""
+    entry = Entry("q/_jobs/@jabc", b"cq1" + len(header).to_bytes(4, "big") + header, 1, 1, 0)
+    state, payload = _jobs.decode(entry)
+    assert (state.id, state.parked, state.claim) == ("abc", True, None)
+    assert state.error is not None
+    assert state.error.startswith("not a job: ")
+    assert payload == entry.value
+
+
+def test_a_job_decodes_as_it_was_encoded() -> None:
+    state = _jobs.State(
+        id="j",
+        key="k",
+        attempt=2,
+        not_before=5.5,
+        parked=True,
+        claim="c",
+        error="e",
+        priority=-3,
+        timeout=1.5,
+        extra={"later": [1]},
+    )
+    entry = Entry("q/_jobs/@jj", _jobs.encode(state, b"body"), 1, 1, 0)
+    assert _jobs.decode(entry) == (state, b"body")
+    assert _jobs.decode(entry)[0].extra == {"later": [1]}
 
 
 async def test_a_header_written_by_something_else_parks_with_a_short_error() -> None:
