@@ -26,9 +26,11 @@ import anyio
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine
+    from contextvars import ContextVar
 
     from anyio.abc import TaskGroup
 
+_library: ContextVar[str | None] | None
 try:  # anyio asks sniffio which event loop runs, on every Event, CancelScope, clock read
     from sniffio import current_async_library_cvar as _library
 except ImportError:  # (anyio releases without sniffio: then nothing to tell)
