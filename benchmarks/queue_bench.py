@@ -17,10 +17,15 @@ ZooKeeper with ``forceSync=yes``), this prints:
 * on ZooKeeper, **kazoo's LockingQueue** with 8 worker threads over 4 clients (its
   ``get`` then ``consume``).
 
-Ratios: queue / floor at the same W, and run() at 32 workers / at 8.
+Ratios: queue / floor at the same W, and run() at 32 workers / at 8. Each is the median
+of ``--rounds`` rounds (3), each round a floor and the queue right after it, with the
+rounds' range beside it: on a shared VM the machine's speed drifts by tens of percent
+within minutes (the etcd floor at 8 workers went from 1,455 to 2,333/s in one half hour),
+so a single floor measured minutes before the queue measured the drift as much as the
+queue.
 
     python benchmarks/queue_bench.py                     # both stores
-    python benchmarks/queue_bench.py --store etcd --jobs 2000
+    python benchmarks/queue_bench.py --store etcd --jobs 2000 --rounds 5
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import asyncio
 import threading
 import time
 from contextlib import AsyncExitStack
+from statistics import median
 from typing import Any
 
 import grpc
@@ -65,9 +71,9 @@ async def queue_puts(url: str, jobs: int, name: str, keys: int) -> float:
         return jobs / (time.perf_counter() - started)
 
 
-async def queue_claims(url: str, jobs: int, workers: int, keys: int) -> float:
+async def queue_claims(url: str, jobs: int, workers: int, keys: int, tag: str = "") -> float:
     """Put *jobs* (untimed), then claim+ack them with *workers* over CLIENTS clients."""
-    name = f"q{workers}k{keys}"
+    name = f"q{workers}k{keys}{tag}"
     await queue_puts(url, jobs, name, keys)
     async with AsyncExitStack() as stack:
         pool = [await stack.enter_async_context(coord.connect(url, ttl=10)) for _ in range(CLIENTS)]
@@ -94,11 +100,11 @@ async def queue_claims(url: str, jobs: int, workers: int, keys: int) -> float:
         return jobs / took
 
 
-async def queue_run(url: str, jobs: int, workers: int, keys: int) -> float:
+async def queue_run(url: str, jobs: int, workers: int, keys: int, tag: str = "") -> float:
     """Put *jobs* (untimed), then run them with ``queue.run()``: *workers* over CLIENTS
     clients (``concurrency=workers // CLIENTS`` each), whose worker acks a job and claims
     its next one in one transaction."""
-    name = f"r{workers}k{keys}"
+    name = f"r{workers}k{keys}{tag}"
     await queue_puts(url, jobs, name, keys)
     return await run_first(url, name, jobs, workers)
 
@@ -135,10 +141,10 @@ async def run_first(url: str, name: str, jobs: int, workers: int) -> float:
 # -- the floor: etcd ----------------------------------------------------------------------
 
 
-async def etcd_floor(endpoint: str, jobs: int, workers: int) -> float:
+async def etcd_floor(endpoint: str, jobs: int, workers: int, tag: str = "") -> float:
     channels = [grpc.aio.insecure_channel(endpoint) for _ in range(CLIENTS)]
     stubs = [rpc.KVStub(channel) for channel in channels]
-    keys = [f"floor{workers}/{n:08d}".encode() for n in range(jobs)]
+    keys = [f"floor{workers}{tag}/{n:08d}".encode() for n in range(jobs)]
     sem = asyncio.Semaphore(64)
 
     async def put(n: int) -> None:
@@ -196,10 +202,10 @@ async def _done(result: Any) -> Any:
     return result.get()
 
 
-async def zk_floor(hosts: str, jobs: int, workers: int) -> float:
+async def zk_floor(hosts: str, jobs: int, workers: int, tag: str = "") -> float:
     clients = [_kazoo(hosts) for _ in range(CLIENTS)]
     try:
-        base = f"/floor{workers}"
+        base = f"/floor{workers}{tag}"
         clients[0].ensure_path(base)
         sem = asyncio.Semaphore(64)
 
@@ -265,49 +271,89 @@ def kazoo_locking_queue(hosts: str, jobs: int, workers: int) -> float:
 # -- the run ------------------------------------------------------------------------------
 
 
-async def run_store(store: str, server: Any, jobs: int) -> None:
+HOWS = (("run()", queue_run), ("claim() loop", queue_claims))
+
+
+async def run_store(store: str, server: Any, jobs: int, rounds: int) -> None:
+    """*rounds* rounds, each measuring the puts, then for each W the floor and each way
+    of the queue right after it: each rate is the median of the rounds, and each ratio
+    the median of the rounds' own ratios (a queue run against the floor of its round).
+    The machine's speed drifts by tens of percent within minutes on a shared VM; a
+    ratio of two runs made minutes apart measures that drift as much as the queue."""
     url = f"{server.url}/bench"
-    puts = await queue_puts(url, jobs * 2, "puts", KEYS)
-    print(f"{store}: puts {puts:,.0f}/s ({jobs * 2} jobs from {PUTTERS} putters)")
-    rates: dict[tuple[str, int, int], float] = {}
+    puts: list[float] = []
+    floors: dict[int, list[float]] = {w: [] for w in WORKERS}
+    rates: dict[tuple[str, int, int], list[float]] = {}
+    ratios: dict[tuple[str, int, int], list[float]] = {}
+    scaling: dict[int, list[float]] = {0: [], KEYS: []}  # run() at 32 / at 8, by round
+    for n in range(rounds):
+        tag = f"-{n}"
+        puts.append(await queue_puts(url, jobs * 2, f"puts{tag}", KEYS))
+        for workers in WORKERS:
+            if store == "etcd":
+                floor = await etcd_floor(server.endpoint, jobs, workers, tag)
+            else:
+                floor = await zk_floor(server.endpoint, jobs, workers, tag)
+            floors[workers].append(floor)
+            for keys in (0, KEYS):
+                for how, measure in HOWS:
+                    rate = await measure(url, jobs, workers, keys, tag)
+                    rates.setdefault((how, workers, keys), []).append(rate)
+                    ratios.setdefault((how, workers, keys), []).append(rate / floor)
+        for keys in (0, KEYS):
+            low, high = (rates["run()", w, keys][-1] for w in WORKERS)
+            scaling[keys].append(high / low)
+    each = f" (median of {rounds} rounds)" if rounds > 1 else ""
+    print(f"{store}: puts {median(puts):,.0f}/s{each} ({jobs * 2} jobs from {PUTTERS} putters)")
     for workers in WORKERS:
-        if store == "etcd":
-            floor = await etcd_floor(server.endpoint, jobs, workers)
-        else:
-            floor = await zk_floor(server.endpoint, jobs, workers)
-        print(f"{store}: {workers} workers on {CLIENTS} clients: floor {floor:,.0f}/s")
+        print(
+            f"{store}: {workers} workers on {CLIENTS} clients: floor "
+            f"{median(floors[workers]):,.0f}/s{each}"
+        )
         for keys in (0, KEYS):
             what = f"{keys} keys" if keys else "no keys"
-            line = [f"{store}:   {what}:"]
-            for how, measure in (("run()", queue_run), ("claim() loop", queue_claims)):
-                rate = rates[how, workers, keys] = await measure(url, jobs, workers, keys)
-                line.append(f"{how} {rate:,.0f}/s = {rate / floor:.2f} of the floor")
-            print(" ".join(line[:1]) + " " + "; ".join(line[1:]))
+            line = [
+                f"{how} {median(rates[how, workers, keys]):,.0f}/s = "
+                f"{median(ratios[how, workers, keys]):.2f} of the floor"
+                f"{_spread(ratios[how, workers, keys])}"
+                for how, _ in HOWS
+            ]
+            print(f"{store}:   {what}: " + "; ".join(line))
     for keys in (0, KEYS):
         what = f"{keys} keys" if keys else "no keys"
         print(
             f"{store}: run() ({what}) at {WORKERS[1]} workers / at {WORKERS[0]}: "
-            f"{rates['run()', WORKERS[1], keys] / rates['run()', WORKERS[0], keys]:.2f}"
+            f"{median(scaling[keys]):.2f}{_spread(scaling[keys])}"
         )
     if store == "zk":
         peer = await asyncio.to_thread(kazoo_locking_queue, server.endpoint, jobs // 2, 8)
         print(
             f"zk: kazoo LockingQueue, 8 worker threads on {CLIENTS} clients: {peer:,.0f}/s; "
             f"coord's queue (no keys, 8 workers, run()) / kazoo: "
-            f"{rates['run()', 8, 0] / peer:.1f}"
+            f"{median(rates['run()', 8, 0]) / peer:.1f}"
         )
+
+
+def _spread(values: list[float]) -> str:
+    """The rounds' values, when there are several: `` (rounds 0.61-0.74)``."""
+    if len(values) < 2:
+        return ""
+    return f" (rounds {min(values):.2f}-{max(values):.2f})"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--store", choices=["etcd", "zk", "both"], default="both")
     parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="rounds per store (medians are printed)"
+    )
     args = parser.parse_args()
     stores = ["etcd", "zk"] if args.store == "both" else [args.store]
     for store in stores:
         server = EtcdServer() if store == "etcd" else ZooKeeperServer(force_sync=True)
         with server:
-            asyncio.run(run_store(store, server, args.jobs))
+            asyncio.run(run_store(store, server, args.jobs, args.rounds))
 
 
 if __name__ == "__main__":
