@@ -218,6 +218,24 @@ async def test_a_limited_listing_is_a_prefix_of_the_queue_whatever_the_batches(
             assert [e.key for e in listed.entries] == whole[:k], (k, stale_ok)
 
 
+async def test_a_long_limited_listing_is_a_prefix_of_the_queue_whatever_the_batches(
+    clients: list[coord.Client],
+) -> None:
+    """The same past 128 entries, where etcd's listing reads a fixed room of keys more
+    than wanted (not twice as many): full batches of 64 end on either side of the keys
+    read, and the listing is still the first *k* entries for each *k*."""
+    a = clients[0]
+    queue = a.queue("long-prefixes")
+    for size in (1, 64, 64, 1, 64, 64, 64, 64, 3):
+        await queue.put_many([b"%d" % n for n in range(size)])
+    backend = a.backend
+    whole = [e.key for e in (await backend.entries("long-prefixes/_jobs/")).entries]
+    assert len(whole) == 389
+    for k in (129, 130, 193, 194, 195, 200, 256, 257, 258, 259, 300, 388, 389, 390):
+        listed = await backend.entries("long-prefixes/_jobs/", limit=k, stale_ok=True)
+        assert [e.key for e in listed.entries] == whole[:k], k
+
+
 async def test_a_client_closed_while_a_batch_is_out_tells_it_done(
     clients: list[coord.Client], coord_url: str
 ) -> None:

@@ -44,3 +44,14 @@ def test_an_asyncio_only_backend_is_refused_when_opened_under_trio() -> None:
 async def test_memory_runs_under_trio() -> None:
     async with coord.connect("memory://trio") as client, client.mutex("x") as hold:
         assert hold.fence > 0
+
+
+def test_an_etcd_listing_reads_past_every_key_one_revision_can_hold() -> None:
+    """A listing with a limit reads _TIE_ROOM keys more (up to twice as many), so that the
+    keys of its last store revision, which etcd may cut anywhere, can be left out with
+    enough left: no revision may hold more (a registration's waiters and their links,
+    or a transaction's creates)."""
+    from coord.backends.etcd import _backend, _waitqueue
+
+    assert _backend._TIE_ROOM >= 2 * _waitqueue.BATCH
+    assert _backend._TIE_ROOM >= _backend.EtcdBackend.max_ops

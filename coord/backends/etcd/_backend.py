@@ -64,6 +64,13 @@ if TYPE_CHECKING:
 
 __all__ = ["EtcdBackend"]
 
+#: Keys read beyond those wanted by a listing with a limit (up to twice as many): more
+#: than one store revision can hold (a registration of _waitqueue.BATCH waiters with
+#: their links, or a transaction of max_ops creates), so that the last revision's keys,
+#: which etcd may cut anywhere, can be left out with enough left (see entries). A look
+#: at a queue's 256 oldest jobs reads 384 keys, not 512.
+_TIE_ROOM = 128
+
 
 class EtcdBackend(Backend):
     """A connection to an etcd cluster. Use it through :func:`coord.connect`::
@@ -586,21 +593,23 @@ class EtcdBackend(Backend):
         self, prefix: str, *, limit: int | None = None, stale_ok: bool = False
     ) -> Listing:
         start, end = self._queue_range(prefix)
-        # Links (_waitqueue.py) are no entries: a waiter may bring one, so twice as many keys
-        # are read, and all of them if that found too few.
+        # Links (_waitqueue.py) are no entries: a waiter may bring one, so more keys than
+        # wanted are read (twice as many, or _TIE_ROOM more), and all of them if that
+        # found too few.
         wanted = limit or 0
         while True:
+            over = min(2 * wanted, wanted + _TIE_ROOM)
             request = rpc.RangeRequest(
                 key=start,
                 range_end=end,
                 sort_order=_ASCEND,
                 sort_target=_BY_CREATE,
-                limit=2 * wanted,
+                limit=over,
                 serializable=stale_ok,
             )
             reply = await self._conn.call("list", lambda c: c.kv.Range, request)
             found = entries_of(reply.kvs)
-            if not wanted or len(found) >= wanted or len(reply.kvs) < 2 * wanted:
+            if not wanted or len(found) >= wanted or len(reply.kvs) < over:
                 break
             wanted = 0
         if wanted and reply.more and reply.kvs:
