@@ -284,11 +284,25 @@ class Stock:
 
     def conflicted(self, conflicts: int, claims: int) -> None:
         """Another looker had some of *claims* (*conflicts* of them): learn who claims
-        (its lane may be new), and read again if the stock was mostly taken meanwhile."""
+        (its lane may be new), and read again if the stock was mostly taken meanwhile.
+
+        A stock stocked without lanes (no conflict lately) is cut to this looker's lane
+        instead, at the first conflict: the other lookers, contended too, take their own
+        lanes from now on, so its own lane's jobs are as good as a read would give. (At
+        32 workers on etcd, a conflict dropped 40 picks each time, 0.53 a job: half the
+        looks at the head.) Read again if its lane has none of them."""
         self._claims_due = 0.0
+        uncontended = self.uncontended()
         self._contended_until = time.monotonic() + CONTENDED_FOR
-        if conflicts * 2 > claims:
+        if uncontended and not self.priorities:
+            self.picks = self._own_lane(self.picks)
+        elif conflicts * 2 > claims:
             self.picks = []
+
+    def uncontended(self) -> bool:
+        """Whether this looker takes the oldest jobs, whoever's lane (no conflict within
+        :data:`CONTENDED_FOR` seconds)."""
+        return time.monotonic() >= self._contended_until
 
     def acked(self, session: Session, key: str) -> None:
         """The job stored at *key*, claimed by this looker, was acked: the next job of
@@ -333,14 +347,18 @@ class Stock:
         hash of its key, modulo n), so that lookers claiming at once reach for different
         jobs. Alone, that is every job, oldest first. All of them if its share is empty
         (fewer jobs than lookers)."""
-        lookers = self._lookers
-        if time.monotonic() >= self._contended_until or self.priorities:
+        if self.uncontended() or self.priorities:
             return picks  # no conflict lately (or priorities first): the oldest first
-        lane, lanes = lookers.index(self.token), len(lookers)
-        mine = [p for p in picks if _lane(p, lanes) == lane]
+        mine = self._own_lane(picks)
         if mine:
             return mine
         return sorted(random.sample(picks, min(len(picks), STOCK)), key=_claiming.rank)
+
+    def _own_lane(self, picks: list[_claiming.Pick]) -> list[_claiming.Pick]:
+        """Those of *picks* in this looker's lane (in their order)."""
+        lookers = self._lookers
+        lane, lanes = lookers.index(self.token), len(lookers)
+        return [p for p in picks if _lane(p, lanes) == lane]
 
     def decode(self, entry: Entry) -> tuple[_records.State, bytes]:
         """:func:`coord._jobs.records.decode`, remembered per key, creation and version
