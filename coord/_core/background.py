@@ -26,28 +26,10 @@ import anyio
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine
-    from contextvars import ContextVar
 
     from anyio.abc import TaskGroup
 
-_library: ContextVar[str | None] | None
-try:  # anyio asks sniffio which event loop runs, on every Event, CancelScope, clock read
-    from sniffio import current_async_library_cvar as _library
-except ImportError:  # (anyio releases without sniffio: then nothing to tell)
-    _library = None
-
-__all__ = ["BackgroundTasks", "Endings", "close_on_exit", "on_asyncio_task"]
-
-
-def on_asyncio_task() -> None:
-    """Tell sniffio, in the current task's context, that it runs on asyncio, when it does
-    (else nothing): anyio asks sniffio which event loop runs at each Event, CancelScope
-    and clock read, and sniffio then answers from this context variable instead of
-    sniffing each time (an attribute, an import, ``asyncio.current_task()``), which was
-    8% of a queue's CPU on the in-process store. Set in coord's own tasks only (a task
-    has a context of its own: the caller's is untouched). Not a checkpoint."""
-    if _library is not None and _library.get() is None and _on_asyncio():
-        _library.set("asyncio")
+__all__ = ["BackgroundTasks", "Endings", "close_on_exit"]
 
 
 async def close_on_exit(aclose: Callable[[], Awaitable[None]], error: BaseException | None) -> None:
@@ -260,7 +242,6 @@ class _NativeTasks:
     async def _run(
         self, func: Callable[..., Coroutine[Any, Any, Any]], args: tuple[Any, ...]
     ) -> None:
-        on_asyncio_task()
         with anyio.CancelScope() as scope:
             if self._closing:
                 scope.cancel()

@@ -16,6 +16,7 @@ claimed, retried, parked and dead-lettered whatever its body raised.
 from __future__ import annotations
 
 import json
+import math
 import struct
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -236,6 +237,13 @@ def decode(entry: Entry) -> tuple[State, bytes]:
         key, claim, error, timeout = get("key"), get("claim"), get("error"), get("timeout")
         if not all(isinstance(v, str) for v in (key, claim, error) if v is not None):
             raise TypeError("its key, claim and error must be strings or null")
+        not_before = float(get("not_before", 0.0))  # (OverflowError: a huge integer)
+        if timeout is not None:
+            timeout = float(timeout)
+            if not (math.isfinite(timeout) and timeout > 0):  # (as put checks it)
+                raise ValueError(f"its timeout must be a number of seconds > 0, not {timeout}")
+        if not math.isfinite(not_before):
+            raise ValueError(f"its not_before must be a finite time, not {not_before}")
         extra = (
             {}
             if header.keys() <= _FIELDS
@@ -244,17 +252,25 @@ def decode(entry: Entry) -> tuple[State, bytes]:
         state = State(
             str(header["id"]),
             key,
-            int(get("attempt", 0)),
-            float(get("not_before", 0.0)),
+            int(get("attempt", 0)),  # (OverflowError: infinite)
+            not_before,
             bool(get("parked", False)),
             claim,
             error,
             int(get("priority", 0)),
-            None if timeout is None else float(timeout),
+            timeout,
             extra,
         )
         return state, value[_HEADER_AT + length :]
-    except (ValueError, KeyError, TypeError, AttributeError, struct.error) as exc:
+    except (
+        ValueError,
+        KeyError,
+        TypeError,
+        AttributeError,
+        OverflowError,
+        RecursionError,  # (nested too deep for json)
+        struct.error,
+    ) as exc:
         return State(id=id_of(entry.key), parked=True, error=f"not a job: {exc}"), value
 
 

@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING
 import anyio
 
 from .._core import retry as _retry
-from .._core.background import on_asyncio_task
 from .._core.checks import check_int, check_seconds
 from .._core.exceptions import (
     ClaimLost,
@@ -205,7 +204,6 @@ class _Workers:
         return not self.why
 
     async def _work(self, slot: _Slot) -> None:
-        on_asyncio_task()  # (this task's, and its handler's: anyio asks at each call)
         try:
             while not self.why:
                 await self._one(slot)

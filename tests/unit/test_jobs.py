@@ -108,3 +108,66 @@ async def test_a_header_written_by_something_else_parks_with_a_short_error() -> 
         assert (parked.parked, parked.attempt) == (True, 1)
         assert parked.error == "ValueError (message dropped)"
         assert (await client.backend.entries("q/_claims/")).entries == ()
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        b'{"id": "j", "attempt": 1e999}',
+        b'{"id": "j", "priority": Infinity}',
+        b'{"id": "j", "not_before": 1' + b"0" * 400 + b"}",
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"id": "j", "timeout": NaN}',
+    ],
+    ids=[
+        "an infinite attempt",
+        "an infinite priority",
+        "a huge not_before",
+        "deep nesting",
+        "a NaN timeout",
+    ],
+)
+def test_a_header_of_valid_json_out_of_range_decodes_as_a_parked_foreign_entry(
+    header: bytes,
+) -> None:
+    """Valid JSON that no job has (numbers out of range, nesting too deep) is no job
+    either: OverflowError and RecursionError escaped decode, out of every look."""
+    entry = Entry("q/_jobs/@jabc", b"cq1" + len(header).to_bytes(4, "big") + header, 1, 1, 0)
+    state, payload = _jobs.decode(entry)
+    assert (state.id, state.parked, state.claim) == ("abc", True, None)
+    assert payload == entry.value
+
+
+async def test_a_header_out_of_range_does_not_fail_the_workers() -> None:
+    """A foreign entry whose header says attempt 1e999 is passed over (parked), and the
+    next job is claimed; it used to raise OverflowError out of the looker into every
+    waiting worker."""
+    async with coord.connect(f"memory://{fresh_namespace()}") as client:
+        queue = client.queue("q")
+        await queue.put(b"bad")
+        (entry,) = (await client.backend.entries("q/_jobs/")).entries
+        header = b'{"id": "j", "attempt": 1e999}'
+        foreign = b"cq1" + len(header).to_bytes(4, "big") + header
+        assert await client.backend.transact([Update(entry, foreign)]) is not None
+        good = await queue.put(b"good")
+        with anyio.fail_after(10):
+            async with queue.claim() as job:
+                assert job.id == good.id
+
+
+async def test_a_nan_timeout_does_not_break_the_claim() -> None:
+    """A foreign header with "timeout": NaN (Python's json reads it) decodes as a job
+    with timeout nan; claim().__aenter__ then fails setting the body scope's deadline
+    ("deadline must not be NaN") after entering that scope, and the cancel-scope stack
+    is left corrupt ("Attempted to exit a cancel scope that isn't the current task's")."""
+    async with coord.connect(f"memory://{fresh_namespace()}") as client:
+        queue = client.queue("q")
+        await queue.put(b"bad")
+        (entry,) = (await client.backend.entries("q/_jobs/")).entries
+        header = b'{"id": "j", "timeout": NaN}'
+        foreign = b"cq1" + len(header).to_bytes(4, "big") + header
+        assert await client.backend.transact([Update(entry, foreign)]) is not None
+        good = await queue.put(b"good")
+        with anyio.fail_after(10):
+            async with queue.claim() as job:
+                assert job.id == good.id

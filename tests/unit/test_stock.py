@@ -1,7 +1,8 @@
-"""A looker's stock at a conflict (coord/_jobs/stock.py): a stock taken without lanes is
-cut to this looker's lane at its first conflict, not dropped (each drop was a read of
-the head of the queue: on etcd that costs the store the whole queue); a stock still
-mostly taken by others while in its lane is dropped, and read again."""
+"""A looker's stock at a conflict (coord/_jobs/stock.py): a stock taken without lanes,
+while other lookers claim, is cut to this looker's lane at its first conflict, not
+dropped (each drop was a read of the head of the queue: on etcd that costs the store the
+whole queue); a stock still mostly taken by others while in its lane is dropped, and
+read again; and alone, a failed claim drops it, as before."""
 
 from __future__ import annotations
 
@@ -54,11 +55,11 @@ def test_a_few_conflicts_in_its_lane_keep_the_stock() -> None:
     assert stock.picks == kept
 
 
-def test_alone_a_conflict_keeps_every_job_and_then_reads_again() -> None:
-    """One looker seen (its lane is every job): the cut keeps them all; if they keep
-    failing, the stock is dropped as before."""
+def test_alone_a_failed_claim_drops_the_stock() -> None:
+    """No other looker seen: the "conflict" is a claim that failed otherwise (the store
+    did not answer it, its job was parked), and the oldest job may still be claimable.
+    The stock is dropped, so that the head is read again and the oldest job claimed
+    first (see test_stock_fifo_after_failed_claim.py)."""
     stock = _stock(1)
     stock.conflicted(1, 1)
-    assert len(stock.picks) == 64
-    stock.conflicted(2, 2)
     assert stock.picks == []

@@ -1,0 +1,56 @@
+"""A queue handler runs in coord's worker task, in its context. What it does in a thread
+it starts with asyncio.to_thread (which copies the context, unlike anyio's to_thread,
+which clears sniffio's variable there) must see no event loop there: anyio.run starts.
+(997f9e9 told sniffio "asyncio" in coord's own tasks' context, to spare anyio's sniffing
+at every call; the handler's thread then saw "asyncio", and anyio.run refused to start
+with "Already running asyncio in this thread". Taken out.) Under plain asyncio.run, not
+anyio.run, which sets the variable itself."""
+
+from __future__ import annotations
+
+import asyncio
+
+import anyio
+import sniffio
+
+import coord
+from coord.testing.pytest_plugin import fresh_namespace
+
+
+def test_a_handlers_thread_is_on_no_event_loop() -> None:
+    seen: list[object] = []
+
+    def in_thread() -> None:
+        try:
+            seen.append(sniffio.current_async_library())
+        except sniffio.AsyncLibraryNotFoundError:
+            seen.append(None)
+
+        async def nested() -> str:
+            return "ran"
+
+        try:
+            seen.append(anyio.run(nested))
+        except RuntimeError as exc:
+            seen.append(exc)
+
+    async def main() -> None:
+        async with coord.connect(f"memory://{fresh_namespace()}") as client:
+            queue = client.queue("q")
+            await queue.put(b"x")
+            done = asyncio.Event()
+
+            async def handler(job: coord.Job) -> None:
+                await asyncio.to_thread(in_thread)
+                done.set()
+
+            runner = asyncio.create_task(queue.run(handler, signals=()))
+            await asyncio.wait_for(done.wait(), 10)
+            runner.cancel()
+            try:
+                await runner
+            except asyncio.CancelledError:
+                pass
+
+    asyncio.run(main())
+    assert seen == [None, "ran"]
