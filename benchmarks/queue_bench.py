@@ -349,6 +349,8 @@ def main() -> None:
         "--rounds", type=int, default=3, help="rounds per store (medians are printed)"
     )
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     stores = ["etcd", "zk"] if args.store == "both" else [args.store]
     for store in stores:
         server = EtcdServer() if store == "etcd" else ZooKeeperServer(force_sync=True)
