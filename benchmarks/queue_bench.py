@@ -234,14 +234,15 @@ async def zk_floor(hosts: str, jobs: int, workers: int, tag: str = "") -> float:
             client.close()
 
 
-def kazoo_locking_queue(hosts: str, jobs: int, workers: int) -> float:
+def kazoo_locking_queue(hosts: str, jobs: int, workers: int, tag: str = "") -> float:
     """kazoo's LockingQueue: *jobs* put (untimed), then get+consume by *workers* threads
     over CLIENTS clients."""
     clients = [_kazoo(hosts) for _ in range(CLIENTS)]
+    path = f"/kazoo-queue{tag}"
     try:
-        LockingQueue(clients[0], "/kazoo-queue").put_all([PAYLOAD] * jobs)
+        LockingQueue(clients[0], path).put_all([PAYLOAD] * jobs)
         # One LockingQueue per thread: it keeps the element it holds.
-        queues = [LockingQueue(clients[n % CLIENTS], "/kazoo-queue") for n in range(workers)]
+        queues = [LockingQueue(clients[n % CLIENTS], path) for n in range(workers)]
         lock = threading.Lock()
         done = [0]
 
@@ -286,6 +287,7 @@ async def run_store(store: str, server: Any, jobs: int, rounds: int) -> None:
     rates: dict[tuple[str, int, int], list[float]] = {}
     ratios: dict[tuple[str, int, int], list[float]] = {}
     scaling: dict[int, list[float]] = {0: [], KEYS: []}  # run() at 32 / at 8, by round
+    peers: list[float] = []  # kazoo's LockingQueue (ZooKeeper), by round
     for n in range(rounds):
         tag = f"-{n}"
         puts.append(await queue_puts(url, jobs * 2, f"puts{tag}", KEYS))
@@ -303,6 +305,10 @@ async def run_store(store: str, server: Any, jobs: int, rounds: int) -> None:
         for keys in (0, KEYS):
             low, high = (rates["run()", w, keys][-1] for w in WORKERS)
             scaling[keys].append(high / low)
+        if store == "zk":
+            peers.append(
+                await asyncio.to_thread(kazoo_locking_queue, server.endpoint, jobs // 2, 8, tag)
+            )
     each = f" (median of {rounds} rounds)" if rounds > 1 else ""
     print(f"{store}: puts {median(puts):,.0f}/s{each} ({jobs * 2} jobs from {PUTTERS} putters)")
     for workers in WORKERS:
@@ -326,11 +332,11 @@ async def run_store(store: str, server: Any, jobs: int, rounds: int) -> None:
             f"{median(scaling[keys]):.2f}{_spread(scaling[keys])}"
         )
     if store == "zk":
-        peer = await asyncio.to_thread(kazoo_locking_queue, server.endpoint, jobs // 2, 8)
+        against = [ours / peer for ours, peer in zip(rates["run()", 8, 0], peers, strict=True)]
         print(
-            f"zk: kazoo LockingQueue, 8 worker threads on {CLIENTS} clients: {peer:,.0f}/s; "
-            f"coord's queue (no keys, 8 workers, run()) / kazoo: "
-            f"{median(rates['run()', 8, 0]) / peer:.1f}"
+            f"zk: kazoo LockingQueue, 8 worker threads on {CLIENTS} clients: "
+            f"{median(peers):,.0f}/s{each}; coord's queue (no keys, 8 workers, run()) / "
+            f"kazoo: {median(against):.1f}{_spread(against)}"
         )
 
 
