@@ -60,9 +60,9 @@ class Held:
 async def test_puts_made_at_once_share_transactions_in_put_order(
     clients: list[coord.Client],
 ) -> None:
-    """Two transactions of puts are out (held); nine more puts come meanwhile: they go
-    in one transaction, not nine, each put told its own JobRef, and the queue's order
-    is the order of the puts."""
+    """A transaction of puts is out (held); ten more puts come meanwhile: they wait for
+    its answer and go in one transaction, not ten (nor one alone and nine after it),
+    each put told its own JobRef, and the queue's order is the order of the puts."""
     a = clients[0]
     queue = a.queue("combined")
     held = Held(a.backend)
@@ -73,19 +73,50 @@ async def test_puts_made_at_once_share_transactions_in_put_order(
 
     with anyio.fail_after(20):
         async with anyio.create_task_group() as tg:
-            for n in range(combine.IN_FLIGHT):
-                tg.start_soon(put, n)
-                await held.arrived(n).wait()
-            for n in range(combine.IN_FLIGHT, 11):
+            tg.start_soon(put, 0)
+            await held.arrived(0).wait()
+            for n in range(1, 11):
                 tg.start_soon(put, n)
                 await anyio.lowlevel.checkpoint()  # in order
             await anyio.sleep(0.1)
-            for k in range(3):
+            assert held.sizes == [1]  # no second transaction with a batch not full
+            for k in range(2):
                 held.gate(k).set()
-    assert held.sizes == [1] * combine.IN_FLIGHT + [11 - combine.IN_FLIGHT]
+    assert held.sizes == [1, 10]
     assert len({r.id for r in refs.values()}) == 11
     assert await stored_ids(a, "combined") == [refs[n].id for n in range(11)]
     assert [refs[n].seq for n in range(11)] == sorted(refs[n].seq for n in range(11))
+
+
+async def test_a_full_batch_goes_while_another_transaction_is_out(
+    clients: list[coord.Client],
+) -> None:
+    """With one transaction of puts out (held), a full batch of puts that come meanwhile
+    goes at once, as a second transaction (IN_FLIGHT); the puts after it wait for an
+    answer. All are queued in put order."""
+    a = clients[0]
+    queue = a.queue("combined-full")
+    held = Held(a.backend)
+    refs: dict[int, coord.JobRef] = {}
+    full = combine.BATCH_JOBS
+
+    async def put(n: int) -> None:
+        refs[n] = await queue.put(b"%d" % n)
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(put, 0)
+            await held.arrived(0).wait()
+            for n in range(1, full + 3):
+                tg.start_soon(put, n)
+                await anyio.lowlevel.checkpoint()  # in order
+            await held.arrived(1).wait()  # the full batch, while the first is out
+            await anyio.sleep(0.1)
+            assert held.sizes == [1, full]
+            for k in range(3):
+                held.gate(k).set()
+    assert held.sizes == [1, full, 2]
+    assert await stored_ids(a, "combined-full") == [refs[n].id for n in range(full + 3)]
 
 
 async def test_a_put_cancelled_in_a_shared_transaction_is_withdrawn_alone(
