@@ -8,7 +8,11 @@ of each other, so several can be one transaction, which the store applies whole 
 any guard fails, not at all. :class:`Committer` does this as a group commit, with no
 timer: an ack that comes while another of the same session is in flight waits for it,
 then goes with every ack that came meanwhile (up to :data:`_MOST` operations), as one
-transaction. Alone, an ack is sent at once, as without grouping. A group the store
+transaction. Alone, an ack is sent at once, as without grouping. A second group goes
+while one is out once at least half as many wait as that one carries: so the two workers
+of a client each keep a transaction out, where they took turns, one at a time (etcd,
+``run()``, 8 workers over 4 clients, A/B in the same minutes: 1,290-1,350 jobs/s before,
+1,683-1,762 after; at 32 workers no change). A group the store
 refused tells its members nothing (one guard failed, maybe not theirs): each is then
 sent alone, and its own answer is the truth; a group whose answer was lost is unknown
 to each of its members, as their own transaction would be, and each finds out alone.
@@ -61,9 +65,9 @@ Stamped = Callable[[int], "Sequence[Op]"]
 # A group has at most this many operations (a transaction takes at most
 # coord.abc.Backend.max_ops).
 _MOST = 32
-# Groups of a session in flight at once: an ack waits (and groups) only when this many
-# are. One: two a session gave as many transactions a job as no grouping at 32 workers.
-_IN_FLIGHT = 1
+# Groups of a session in flight at once. A second goes only with at least half as many
+# members as the first (see Committer._may_send).
+_IN_FLIGHT = 2
 
 _COMMITTERS: weakref.WeakKeyDictionary[Session, Committer] = weakref.WeakKeyDictionary()
 
@@ -137,6 +141,7 @@ class Committer:
         self._backend = session.backend
         self._waiting: list[_Member] = []
         self._in_flight = 0  # groups being sent
+        self._flying = 0  # their members
 
     async def transact(self, ops: Sequence[Op]) -> Result:
         """``backend.transact(ops)``, with others of the session if some are waiting: the
@@ -169,7 +174,7 @@ class Committer:
         """Send *member* with a group (see :meth:`transact`)."""
         self._waiting.append(member)
         while not member.sent:
-            if self._in_flight < _IN_FLIGHT:
+            if self._may_send():
                 await self._send_group()  # the oldest waiting, this one among them or not
                 continue
             member.turn = anyio.Event()
@@ -208,19 +213,29 @@ class Committer:
             ops += len(member.ops)
         del self._waiting[: len(group)]
         self._in_flight += 1
+        self._flying += len(group)
         try:
             await self._send(group)
         finally:
             self._in_flight -= 1
+            self._flying -= len(group)
             for member in group:
                 member.answered.set()
                 if member.turn is not None:  # it waits for a turn it no longer needs
                     member.turn.set()
             self._wake_next()
 
+    def _may_send(self) -> bool:
+        """Whether a group of those waiting may be sent now: with none in flight, or with
+        fewer than :data:`_IN_FLIGHT` and at least half as many waiting as fly."""
+        if not self._in_flight:
+            return True
+        return self._in_flight < _IN_FLIGHT and 2 * len(self._waiting) >= self._flying
+
     def _wake_next(self) -> None:
-        """Wake as many of the oldest waiting as groups may now be sent."""
-        for member in self._waiting[: _IN_FLIGHT - self._in_flight]:
+        """Wake the oldest waiting if a group may now be sent (it takes the others)."""
+        if self._waiting and self._may_send():
+            member = self._waiting[0]
             if member.turn is not None:
                 member.turn.set()
 
