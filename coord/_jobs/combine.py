@@ -203,10 +203,15 @@ class Combiner:
             self._tell(batch, error=ClosedError("the client closed"))
             raise
         finally:
-            # The putters this answer woke run first: their next puts join the batch.
-            await anyio.lowlevel.cancel_shielded_checkpoint()
-            self._out -= 1
-            self._send_more(answered=True)
+            try:
+                # The putters this answer woke run first: their next puts join the batch.
+                # Twice: trio runs the tasks woken at once in a random order (it reverses
+                # a batch at random), this one among them.
+                await anyio.lowlevel.cancel_shielded_checkpoint()
+                await anyio.lowlevel.cancel_shielded_checkpoint()
+            finally:
+                self._out -= 1
+                self._send_more(answered=True)
 
     async def _commit(self, batch: list[_Put]) -> None:
         session = await self._source.live()

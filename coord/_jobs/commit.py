@@ -214,6 +214,7 @@ class Committer:
         del self._waiting[: len(group)]
         self._in_flight += 1
         self._flying += len(group)
+        self._wake_next()  # those left behind (past _MOST) may be enough for a second
         try:
             await self._send(group)
         finally:

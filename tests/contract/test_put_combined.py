@@ -119,6 +119,45 @@ async def test_a_full_batch_goes_while_another_transaction_is_out(
     assert await stored_ids(a, "combined-full") == [refs[n].id for n in range(full + 3)]
 
 
+class _Slow:
+    """Wraps a backend's transact: each transaction of puts takes a round trip (10 ms),
+    and its number of jobs is recorded."""
+
+    def __init__(self, backend: Any) -> None:
+        self.sizes: list[int] = []
+        self._transact = backend.transact
+        backend.transact = self
+
+    async def __call__(self, ops: Sequence[Op]) -> Any:
+        jobs = sum(isinstance(op, Create) and op.prefix.endswith("/_jobs/") for op in ops)
+        if jobs:
+            self.sizes.append(jobs)
+            await anyio.sleep(0.01)
+        return await self._transact(ops)
+
+
+async def test_eight_putters_put_eight_jobs_a_transaction(clients: list[coord.Client]) -> None:
+    """Eight tasks putting in a loop: after the first answers, each transaction carries
+    the eight puts made after the last answer. The putters woken by an answer put again
+    before the next transaction goes (on trio too, which runs tasks woken at once in a
+    random order); sent at once, the first of them went alone and the other seven with
+    the next answer."""
+    a = clients[0]
+    queue = a.queue("combined-eight")
+    slow = _Slow(a.backend)
+
+    async def putter(n: int) -> None:
+        for k in range(10):
+            await queue.put(b"%d-%d" % (n, k))
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            for n in range(8):
+                tg.start_soon(putter, n)
+    assert sum(slow.sizes) == 80
+    assert slow.sizes[2:-2] == [8] * (len(slow.sizes) - 4), slow.sizes
+
+
 async def test_a_put_cancelled_in_a_shared_transaction_is_withdrawn_alone(
     clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch
 ) -> None:

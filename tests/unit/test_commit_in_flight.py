@@ -93,3 +93,25 @@ async def test_a_second_group_waits_for_half_as_many_as_fly() -> None:
         await backend.sent_count(5)
         assert backend.sent == [1, 1, 4, 3, 1]
         backend.gates[4].set()
+
+
+async def test_the_rest_of_a_split_group_goes_as_the_second_group() -> None:
+    """A group takes at most _MOST operations: the members it leaves behind, if at least
+    half as many as it carries, go as the second group at once, not with its answer."""
+    backend = _Held()
+    committer = Committer(SimpleNamespace(backend=backend))  # type: ignore[arg-type]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(committer.transact, _ack(0))
+        await backend.sent_count(1)
+        tg.start_soon(committer.transact, _ack(1))
+        await backend.sent_count(2)  # two groups out: the most
+        for n in range(2, 50):  # 48 wait (32 operations a group at most)
+            tg.start_soon(committer.transact, _ack(n))
+        await _settled()
+        assert backend.sent == [1, 1]
+        backend.gates[0].set()
+        backend.gates[1].set()
+        await backend.sent_count(4)  # 32, and the 16 left: half of the 32 that fly
+        assert backend.sent == [1, 1, 32, 16]
+        for gate in backend.gates:
+            gate.set()
