@@ -18,7 +18,7 @@ from coord.abc import Create, Remove
 from .test_put_many import stored_ids
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Coroutine, Sequence
 
     from coord.abc import Op
 
@@ -57,6 +57,21 @@ class Held:
         return result
 
 
+def _held_puts(
+    client: coord.Client, name: str
+) -> tuple[Held, dict[int, coord.JobRef], Callable[[int], Coroutine[Any, Any, None]]]:
+    """*client*'s transactions held (:class:`Held`), the JobRef of each put by number,
+    and ``put(n)``, which puts job *n* to the queue *name*."""
+    queue = client.queue(name)
+    held = Held(client.backend)
+    refs: dict[int, coord.JobRef] = {}
+
+    async def put(n: int) -> None:
+        refs[n] = await queue.put(b"%d" % n)
+
+    return held, refs, put
+
+
 async def test_puts_made_at_once_share_transactions_in_put_order(
     clients: list[coord.Client],
 ) -> None:
@@ -64,13 +79,7 @@ async def test_puts_made_at_once_share_transactions_in_put_order(
     its answer and go in one transaction, not ten (nor one alone and nine after it),
     each put told its own JobRef, and the queue's order is the order of the puts."""
     a = clients[0]
-    queue = a.queue("combined")
-    held = Held(a.backend)
-    refs: dict[int, coord.JobRef] = {}
-
-    async def put(n: int) -> None:
-        refs[n] = await queue.put(b"%d" % n)
-
+    held, refs, put = _held_puts(a, "combined")
     with anyio.fail_after(20):
         async with anyio.create_task_group() as tg:
             tg.start_soon(put, 0)
@@ -95,14 +104,8 @@ async def test_a_full_batch_goes_while_another_transaction_is_out(
     goes at once, as a second transaction (IN_FLIGHT); the puts after it wait for an
     answer. All are queued in put order."""
     a = clients[0]
-    queue = a.queue("combined-full")
-    held = Held(a.backend)
-    refs: dict[int, coord.JobRef] = {}
+    held, refs, put = _held_puts(a, "combined-full")
     full = combine.BATCH_JOBS
-
-    async def put(n: int) -> None:
-        refs[n] = await queue.put(b"%d" % n)
-
     with anyio.fail_after(30):
         async with anyio.create_task_group() as tg:
             tg.start_soon(put, 0)

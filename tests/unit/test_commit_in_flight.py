@@ -7,13 +7,16 @@ next answer."""
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
 
 from coord._jobs.commit import Committer
 from coord.abc import Entry, Remove
+
+if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
 
 pytestmark = pytest.mark.anyio
 
@@ -50,15 +53,21 @@ async def _settled() -> None:
         await anyio.lowlevel.checkpoint()
 
 
+async def _two_out(tg: TaskGroup, committer: Committer, backend: _Held) -> None:
+    """One ack, then another while it is out: the second goes at once, not after the
+    first answer (1 waiting against 1 flying)."""
+    tg.start_soon(committer.transact, _ack(0))
+    await backend.sent_count(1)
+    tg.start_soon(committer.transact, _ack(1))
+    await backend.sent_count(2)
+    assert backend.sent == [1, 1]
+
+
 async def test_two_workers_of_a_session_each_keep_a_transaction_out() -> None:
     backend = _Held()
     committer = Committer(SimpleNamespace(backend=backend))  # type: ignore[arg-type]
     async with anyio.create_task_group() as tg:
-        tg.start_soon(committer.transact, _ack(0))
-        await backend.sent_count(1)
-        tg.start_soon(committer.transact, _ack(1))
-        await backend.sent_count(2)  # at once, not after the first answer
-        assert backend.sent == [1, 1]
+        await _two_out(tg, committer, backend)
         for gate in backend.gates:
             gate.set()
 
@@ -101,10 +110,7 @@ async def test_the_rest_of_a_split_group_goes_as_the_second_group() -> None:
     backend = _Held()
     committer = Committer(SimpleNamespace(backend=backend))  # type: ignore[arg-type]
     async with anyio.create_task_group() as tg:
-        tg.start_soon(committer.transact, _ack(0))
-        await backend.sent_count(1)
-        tg.start_soon(committer.transact, _ack(1))
-        await backend.sent_count(2)  # two groups out: the most
+        await _two_out(tg, committer, backend)  # two groups out: the most
         for n in range(2, 50):  # 48 wait (32 operations a group at most)
             tg.start_soon(committer.transact, _ack(n))
         await _settled()
