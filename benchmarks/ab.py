@@ -8,7 +8,8 @@ for a fixed time (benchmarks/suite.py's ``coord_run``, in coord's default layout
 (benchmarks/queue_bench.py's ``queue_claims``). It prints the rate and the child's CPU
 per acquisition or job, and the store's (its server's process) per acquisition or job.
 The servers run as production runs them (etcd's default fsync; ZooKeeper
-``forceSync=yes``). Under the rounds: the median of each column per tree, and after/before.
+``forceSync=yes`` on the JVM's defaults). Under the rounds: the median of each column
+per tree, and after/before.
 
     git worktree add /tmp/before 506ce9a
     python benchmarks/ab.py --before /tmp/before --after . --rounds 5
@@ -88,7 +89,11 @@ def main() -> None:
     args = parser.parse_args()
     trees = {"before": args.before.resolve(), "after": args.after.resolve()}
     for store in args.stores:
-        with EtcdServer() if store == "etcd" else ZooKeeperServer(force_sync=True) as server:
+        with (
+            EtcdServer()
+            if store == "etcd"
+            else ZooKeeperServer(force_sync=True, jvm="production") as server
+        ):
             for n in args.contenders:
                 runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
                 for i in range(args.rounds):

@@ -65,7 +65,9 @@ def main() -> None:
     if args.url:
         anyio.run(burst, args.url, args.waiters, args.ttl, backend="asyncio")
         return
-    server = EtcdServer() if args.store == "etcd" else ZooKeeperServer(force_sync=True)
+    server = (
+        EtcdServer() if args.store == "etcd" else ZooKeeperServer(force_sync=True, jvm="production")
+    )
     with server:
         anyio.run(burst, f"{server.url}/bench", args.waiters, args.ttl, backend="asyncio")
 

@@ -242,7 +242,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     for store in ["etcd", "zk"] if args.store == "both" else [args.store]:
-        with EtcdServer() if store == "etcd" else ZooKeeperServer(force_sync=True) as server:
+        with (
+            EtcdServer()
+            if store == "etcd"
+            else ZooKeeperServer(force_sync=True, jvm="production") as server
+        ):
             for workers in args.workers:
                 asyncio.run(run(store, server, args.jobs, workers, args.rounds))
 

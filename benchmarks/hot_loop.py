@@ -31,7 +31,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--local-handoff", type=int, default=None)
     args = parser.parse_args()
-    with EtcdServer() if args.store == "etcd" else ZooKeeperServer(force_sync=True) as server:
+    with (
+        EtcdServer()
+        if args.store == "etcd"
+        else ZooKeeperServer(force_sync=True, jvm="production") as server
+    ):
         waits: list[float] = []
         t0 = time.perf_counter()
         cpu0 = time.process_time()

@@ -9,11 +9,11 @@ events fired) — a herd shows as one release waking every waiter. Compare ratio
 run; absolute numbers depend on the machine.
 
 Each store runs as production runs it (etcd's default fsync; ZooKeeper with
-``forceSync=yes``). Under the table, the floor of a handoff chain measured in the same
-run: keys deleted one after the other, each delete sent when the watch event of the one
-before arrives (delete -> watch event -> the next delete), by the raw library (aetcd,
-kazoo), one client, nothing else: what any lock that hands over through a watch must
-pay per handoff, and coord's contended rate as a share of it.
+``forceSync=yes`` on the JVM's defaults). Under the table, the floor of a handoff chain
+measured in the same run: keys deleted one after the other, each delete sent when the
+watch event of the one before arrives (delete -> watch event -> the next delete), by the
+raw library (aetcd, kazoo), one client, nothing else: what any lock that hands over
+through a watch must pay per handoff, and coord's contended rate as a share of it.
 
     python benchmarks/mutex_bench.py                       # starts a throwaway etcd
     python benchmarks/mutex_bench.py --store zk            # starts a throwaway ZooKeeper
@@ -283,7 +283,7 @@ def store_endpoint(url: str | None, store: str) -> Iterator[tuple[str, str]]:
         yield url, f"{'zk:' if parsed.scheme == 'zk' else ''}{host}:{port}"
         return
     if store == "zk":
-        with ZooKeeperServer(force_sync=True) as zk:
+        with ZooKeeperServer(force_sync=True, jvm="production") as zk:
             yield zk.url + "/bench", f"zk:{zk.endpoint}"
         return
     with EtcdServer() as server:

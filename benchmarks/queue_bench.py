@@ -1,7 +1,7 @@
 """Queue throughput against the store's floor, in one run per store.
 
-For each store (a throwaway server, durable as production runs it: etcd's default fsync,
-ZooKeeper with ``forceSync=yes``), this prints:
+For each store (a throwaway server, run as production runs it: etcd's default fsync,
+ZooKeeper with ``forceSync=yes`` on the JVM's defaults), this prints:
 
 * **puts/s**: *jobs* puts from 8 putter tasks of one client;
 * **floor**: the same writes as one job's claim and ack, made by the raw client library
@@ -359,7 +359,9 @@ def main() -> None:
         parser.error("--rounds must be at least 1")
     stores = ["etcd", "zk"] if args.store == "both" else [args.store]
     for store in stores:
-        server = EtcdServer() if store == "etcd" else ZooKeeperServer(force_sync=True)
+        server = (
+            EtcdServer() if store == "etcd" else ZooKeeperServer(force_sync=True, jvm="production")
+        )
         with server:
             asyncio.run(run_store(store, server, args.jobs, args.rounds))
 

@@ -51,7 +51,9 @@ def main() -> None:
         parser.error("each depth must be at least --count")
     stores = ["etcd", "zk"] if args.store == "both" else [args.store]
     for store in stores:
-        server = EtcdServer() if store == "etcd" else ZooKeeperServer(force_sync=True)
+        server = (
+            EtcdServer() if store == "etcd" else ZooKeeperServer(force_sync=True, jvm="production")
+        )
         with server:
             for depth in args.depths:
                 rate, store_cpu, client_cpu = asyncio.run(

@@ -353,7 +353,7 @@ def main() -> None:
         rows += anyio.run(
             measure, "etcd", etcd.url + "/scale", etcd.endpoint, args.waiters, args.locks
         )
-    with ZooKeeperServer(force_sync=True) as zk:
+    with ZooKeeperServer(force_sync=True, jvm="production") as zk:
         rows += anyio.run(
             measure, "ZooKeeper", zk.url + "/scale", f"zk:{zk.endpoint}", args.waiters, args.locks
         )

@@ -482,7 +482,7 @@ def main() -> None:
             args.seconds,
             args.cohort_k,
         )
-    with ZooKeeperServer(force_sync=True) as zk:
+    with ZooKeeperServer(force_sync=True, jvm="production") as zk:
         rows += anyio.run(
             measure,
             "ZooKeeper",

@@ -105,6 +105,10 @@ class ZooKeeperServer(_Process):
         *max_session_timeout_ms* long
     :param force_sync: fsync the transaction log before each write is acknowledged, as
         production ensembles do (``forceSync=yes``); off by default, for tests
+    :param jvm: ``"quick"`` (the default, for tests): a small JVM that starts quickly
+        (its first compiler only, the serial collector, a 256 MB heap), whose server is
+        slower per request; ``"production"``: the JVM's own defaults (both compilers,
+        its default collector and heap), as production runs ZooKeeper: for benchmarks
     :param tls: also serve TLS, on :attr:`secure_port`, with these PEM files
     :raises ServerNotFound: if Java or ZooKeeper is not installed
     """
@@ -122,8 +126,11 @@ class ZooKeeperServer(_Process):
         container_check_ms: int = 1_000,
         quorum: Quorum | None = None,
         force_sync: bool = False,
+        jvm: str = "quick",
         tls: ServerTLS | None = None,
     ) -> None:
+        if jvm not in ("quick", "production"):
+            raise ValueError(f"jvm must be 'quick' or 'production', not {jvm!r}")
         found_java = java or os.environ.get("COORD_ZOOKEEPER_JAVA") or shutil.which("java")
         found_jar = jar or _find_jar()
         found = [found_java, found_jar]
@@ -141,6 +148,7 @@ class ZooKeeperServer(_Process):
         self.container_check_ms = container_check_ms
         self.quorum = quorum
         self.force_sync = force_sync
+        self.jvm = jvm
         self.tls = tls
         #: The TLS port (0 without ``tls``).
         self.secure_port: int = free_port() if tls is not None else 0
@@ -208,13 +216,11 @@ class ZooKeeperServer(_Process):
     def _command(self) -> list[str]:
         jars = (*_LOG_BINDINGS, *(_NETTY_CODEC if self.tls else ()))
         classpath = [self.jar, *(jar for jar in jars if Path(jar).exists())]
+        # A small, quickly started JVM: the server's start-up is what tests wait for.
+        quick = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xms32m", "-Xmx256m"]
         return [
             self.java,
-            # A small, quickly started JVM: the server's start-up is what tests wait for.
-            "-XX:+UseSerialGC",
-            "-XX:TieredStopAtLevel=1",
-            "-Xms32m",
-            "-Xmx256m",
+            *(quick if self.jvm == "quick" else []),
             "-Dzookeeper.jmx.log4j.disable=true",
             f"-Dznode.container.checkIntervalMs={self.container_check_ms}",
             "-Dorg.slf4j.simpleLogger.showDateTime=true",

@@ -3,6 +3,8 @@ paths, and ZooKeeperServer's missing-install error."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 from kazoo import exceptions as kz
 
@@ -10,6 +12,9 @@ import coord
 from coord.backends.zookeeper._errors import translate
 from coord.backends.zookeeper._paths import Paths, parse_waiter, waiter_names
 from coord.testing import ServerNotFound, ZooKeeperServer
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = pytest.mark.zookeeper
 
@@ -69,6 +74,19 @@ def test_paths_under_a_root() -> None:
         "/app/prod/orders/42",
     ]
     assert Paths("").path("orders") == "/orders"
+
+
+def test_the_jvm_is_quick_for_tests_and_as_production_for_benchmarks(
+    tmp_path: Path,
+) -> None:
+    """Tests start a small JVM quickly (its first compiler only); benchmarks run the
+    JVM's defaults, as production does; anything else is refused at once."""
+    quick = ZooKeeperServer(directory=tmp_path)._command()
+    production = ZooKeeperServer(directory=tmp_path, jvm="production")._command()
+    assert "-XX:TieredStopAtLevel=1" in quick
+    assert not [arg for arg in production if arg.startswith(("-XX:", "-Xm"))]
+    with pytest.raises(ValueError, match="jvm must be"):
+        ZooKeeperServer(jvm="fast")
 
 
 def test_a_missing_zookeeper_is_server_not_found() -> None:
