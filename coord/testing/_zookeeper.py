@@ -26,7 +26,7 @@ import shutil
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ._servers import ServerNotFound, ServerTLS, _Cluster, _Process, free_port
 
@@ -126,7 +126,7 @@ class ZooKeeperServer(_Process):
         container_check_ms: int = 1_000,
         quorum: Quorum | None = None,
         force_sync: bool = False,
-        jvm: str = "quick",
+        jvm: Literal["quick", "production"] = "quick",
         tls: ServerTLS | None = None,
     ) -> None:
         if jvm not in ("quick", "production"):

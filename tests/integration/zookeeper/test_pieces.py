@@ -86,7 +86,7 @@ def test_the_jvm_is_quick_for_tests_and_as_production_for_benchmarks(
     assert "-XX:TieredStopAtLevel=1" in quick
     assert not [arg for arg in production if arg.startswith(("-XX:", "-Xm"))]
     with pytest.raises(ValueError, match="jvm must be"):
-        ZooKeeperServer(jvm="fast")
+        ZooKeeperServer(jvm="fast")  # type: ignore[arg-type]
 
 
 def test_a_missing_zookeeper_is_server_not_found() -> None:
