@@ -39,7 +39,7 @@ from coord.testing.pytest_plugin import fresh_namespace
 
 from . import _partition_checks as checks
 from ._partition_worker import NAME, PARTITIONS
-from ._store import FencedStore
+from ._store import Event, FencedStore
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -200,6 +200,15 @@ def proxy(cluster: EtcdCluster | ZooKeeperEnsemble) -> Iterator[TcpProxy]:
         yield proxy
 
 
+def story(events: list[Event], since: float) -> str:
+    """What the members told the store after *since*, but their periodic writes."""
+    return "events after the fault:\n" + "\n".join(
+        f"  +{e.at - since:6.3f}s {e.proc} {e.kind} {e.task} fence={e.fence} {e.detail}"
+        for e in events
+        if e.at > since and e.kind != "PWRITE"
+    )
+
+
 def moves(before: dict[int, str], after: dict[int, str]) -> int:
     return sum(1 for p, owner in after.items() if before.get(p) != owner)
 
@@ -300,7 +309,7 @@ async def test_a_blip_moves_only_the_blipped_members_own_partitions(
 
     events = pool.store.snapshot()
     taken = [(e.proc, int(e.task)) for e in events if e.kind == "OWN" and e.at > blip_at]
-    report = pool.report()
+    report = pool.report() + "\n" + story(events, blip_at)
     assert all(proc == "p0" for proc, _ in taken), f"others' partitions moved: {taken}\n{report}"
     assert all(before[p] == "p0" for _, p in taken), f"moved to p0: {taken}\n{report}"
     assert after == before, report
@@ -329,7 +338,7 @@ async def test_a_leader_kill_moves_no_partition(
 
     events = pool.store.snapshot()
     taken = [(e.proc, int(e.task)) for e in events if e.kind == "OWN" and e.at > killed_at]
-    report = pool.report()
+    report = pool.report() + "\n" + story(events, killed_at)
     assert all(before[p] == proc for proc, p in taken), f"moved: {taken}\n{report}"
     assert after == before, report
     errors = [(e.proc, e.detail) for e in events if e.kind == "ERROR"]
