@@ -197,34 +197,65 @@ class Committer:
 
     async def _send_group(self) -> None:
         """Send the oldest transactions waiting, as many as fit, as one; tell each what
-        is known of it; wake the next one waiting to send the next group."""
-        group: list[_Member] = []
-        ops = 0
-        claims = 0
-        for member in self._waiting:
-            if group and ops + len(member.ops) > _MOST:
-                break
-            group.append(member)
-            member.sent = True
-            if member.stamped is not None:
-                if claims:  # (its operations' length does not change with the number)
-                    member.seq, member.ops = claims, member.stamped(claims)
-                claims += 1
-            ops += len(member.ops)
-        del self._waiting[: len(group)]
+        is known of it; wake the next one waiting to send the next group.
+
+        Each member of a group is told: a member whose operations could not be made
+        (its ``stamped`` raised) its error, and every member, if this task is cancelled
+        with the group out, that its outcome is unknown (the transaction may have gone):
+        never sent again alone, which a store that applied the group would refuse."""
+        group = self._take_group()
         self._in_flight += 1
         self._flying += len(group)
         self._wake_next()  # those left behind (past _MOST) may be enough for a second
+        sent = False
         try:
-            await self._send(group)
+            if group:
+                await self._send(group)
+            sent = True
         finally:
             self._in_flight -= 1
             self._flying -= len(group)
             for member in group:
+                if not sent and not member.told:
+                    member.told = True
+                    member.error = BackendUnavailable(
+                        "the group's sender was cancelled with the group out: its "
+                        "outcome is unknown"
+                    )
                 member.answered.set()
                 if member.turn is not None:  # it waits for a turn it no longer needs
                     member.turn.set()
             self._wake_next()
+
+    def _take_group(self) -> list[_Member]:
+        """Take the oldest waiting members, as many as fit in a group, numbering their
+        claims; a member whose operations cannot be made is told so, and left out."""
+        group: list[_Member] = []
+        ops = 0
+        claims = 0
+        taken = 0
+        for member in self._waiting:
+            if group and ops + len(member.ops) > _MOST:
+                break
+            taken += 1
+            member.sent = True
+            if member.stamped is not None and claims:
+                # (its operations' length does not change with the number)
+                try:
+                    member.ops = member.stamped(claims)
+                except Exception as exc:
+                    member.told, member.error = True, exc
+                    member.answered.set()
+                    if member.turn is not None:
+                        member.turn.set()
+                    continue
+                member.seq = claims
+            if member.stamped is not None:
+                claims += 1
+            group.append(member)
+            ops += len(member.ops)
+        del self._waiting[:taken]
+        return group
 
     def _may_send(self) -> bool:
         """Whether a group of those waiting may be sent now: with none in flight, or with

@@ -121,3 +121,87 @@ async def test_the_rest_of_a_split_group_goes_as_the_second_group() -> None:
         assert backend.sent == [1, 1, 32, 16]
         for gate in backend.gates:
             gate.set()
+
+
+async def test_a_group_whose_sender_is_cancelled_tells_its_members_unknown() -> None:
+    """The task that sends a group is cancelled alone while the group is out: the group
+    may have been applied, so its other members are told their outcome is unknown
+    (BackendUnavailable: the caller reads the store), never sent again alone (a store
+    that applied the group refuses a repeat, which would tell a done ack "refused")."""
+    from coord._core.exceptions import BackendUnavailable
+
+    backend = _Held()
+    committer = Committer(SimpleNamespace(backend=backend))  # type: ignore[arg-type]
+    told: dict[int, object] = {}
+    scopes: dict[int, anyio.CancelScope] = {}
+
+    async def ack(n: int) -> None:
+        with anyio.CancelScope() as scopes[n]:
+            try:
+                told[n] = await committer.transact(_ack(n))
+            except BackendUnavailable as exc:
+                told[n] = exc
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            for n in (0, 1):  # two groups out: the most
+                tg.start_soon(ack, n)
+                await backend.sent_count(n + 1)
+            for n in (2, 3):
+                tg.start_soon(ack, n)
+                await _settled()
+            backend.gates[0].set()  # the oldest waiting (2) sends 2 and 3
+            await backend.sent_count(3)
+            assert backend.sent == [1, 1, 2]
+            scopes[2].cancel()  # its sender, alone
+            await _settled()
+            assert isinstance(told.get(3), BackendUnavailable)
+            assert backend.sent == [1, 1, 2], "sent again alone"
+            for gate in backend.gates:
+                gate.set()
+    assert 2 not in told
+
+
+async def test_a_member_whose_operations_cannot_be_made_costs_its_group_nothing() -> None:
+    """A joint transaction whose operations raise when numbered in a group is told that
+    error; the group goes without it, and its sender is not the one told."""
+    backend = _Held()
+    committer = Committer(SimpleNamespace(backend=backend))  # type: ignore[arg-type]
+    told: dict[str, object] = {}
+
+    def good(seq: int) -> list[Remove]:
+        return _ack(100 + seq)
+
+    def bad(seq: int) -> list[Remove]:
+        if seq:
+            raise ValueError("cannot be made")
+        return _ack(200)
+
+    async def joint(name: str, stamped: Any) -> None:
+        try:
+            told[name] = await committer.transact_joint(stamped)
+        except ValueError as exc:
+            told[name] = exc
+
+    async def ack(n: int) -> None:
+        told[f"ack{n}"] = await committer.transact(_ack(n))
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            for n in (0, 1):  # two groups out: the most
+                tg.start_soon(ack, n)
+                await backend.sent_count(n + 1)
+            tg.start_soon(joint, "good", good)
+            await _settled()
+            tg.start_soon(joint, "bad", bad)
+            await _settled()
+            tg.start_soon(ack, 4)
+            await _settled()
+            backend.gates[0].set()  # "good" sends the three waiting: "bad" cannot go
+            await backend.sent_count(3)
+            assert backend.sent == [1, 1, 2]
+            for gate in backend.gates:
+                gate.set()
+    assert isinstance(told["bad"], ValueError)
+    assert told["good"] == ((None,), 0)
+    assert told["ack4"] == (None,)
