@@ -311,12 +311,14 @@ class Stock:
     def acked(self, session: Session, key: str) -> None:
         """The job stored at *key*, claimed by this looker, was acked: the next job of
         its ordering key, if the last read saw it, is claimable now (unless it is
-        parked, claimed, backing off or in another looker's lane). Into the stock, in
+        parked, claimed or backing off). Into the stock, in
         its place by age, so that a key's jobs go on without a read of the head of the
-        queue each (on etcd that costs the store the whole queue). Not a checkpoint."""
+        queue each (on etcd that costs the store the whole queue). Its lane is not
+        checked: it is its key's, so the acked job's, which this looker claimed (and a
+        key kept by one looker meets no other's claims). Not a checkpoint."""
         pick = self.next_of(session, key)
         self._after.pop(key, None)
-        if pick is not None and self.share([pick]) == [pick]:
+        if pick is not None:
             bisect.insort(self.picks, pick, key=_claiming.rank)
 
     def next_of(self, session: Session, key: str) -> _claiming.Pick | None:
