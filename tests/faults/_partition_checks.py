@@ -9,7 +9,9 @@
   and none of its writes after the second began may have been accepted.
 * **Fences** strictly increase from owner to owner of each partition.
 * **Balance**: each live member owns ⌊P/M⌋ or ⌈P/M⌉.
-* **Moves**: a join or a leave moves at most what the balance needs (:func:`need`).
+* **Moves**: a join or a leave moves at most what the balance needs (:func:`need`); a
+  fault that every session survives moves none, between the fault and the stop
+  (:func:`taken`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ if TYPE_CHECKING:
 
     from ._store import Event
 
-__all__ = ["FAULT_GRACE", "Tenure", "check_history", "need", "owners", "tenures"]
+__all__ = ["FAULT_GRACE", "Tenure", "check_history", "need", "owners", "taken", "tenures"]
 
 #: Seconds after a fault's end during which a takeover still counts as the fault's.
 FAULT_GRACE = 1.0
@@ -74,6 +76,15 @@ def owners(events: list[Event], dead: Collection[str] = ()) -> dict[int, str]:
         if last.ended is None and last.proc not in dead:
             current[partition] = last.proc
     return current
+
+
+def taken(events: list[Event], since: float, until: float) -> list[tuple[str, int]]:
+    """Who took which partition after *since* and before *until*: (member, partition) of
+    each ``OWN`` in between. *until* is when the stop began: as the members leave, those
+    still running take the leavers' partitions (on a loaded machine a worker may get to
+    its SIGTERM after another's leave was given out), moves the leaves make, not the
+    fault."""
+    return [(e.proc, int(e.task)) for e in events if e.kind == "OWN" and since < e.at < until]
 
 
 def need(before: dict[int, str], members: Collection[str], partitions: int) -> int:

@@ -91,3 +91,16 @@ def test_a_bad_history_is_rejected(
 def test_a_lost_membership_is_no_error() -> None:
     lost = Event(at=4, kind="ERROR", proc="A", task="member", detail="MLOST 'x' was lost")
     assert checks.check_history([*CLEAN, lost], {}, ()) == 1
+
+
+def test_the_moves_of_a_fault_end_at_the_stop() -> None:
+    """A member still running at the stop takes the leavers' partitions: those moves are
+    the leaves', not the fault's (the clean-clone CI's leader-kill failure)."""
+    events = [
+        ev(0, "OWN", "A", 0, 1),
+        ev(1, "OWN", "B", 1, 2),
+        ev(12, "OWN", "B", 1, 3),  # after the fault (10): B takes its own back
+        ev(21, "DROP", "A", 0, 1, "ended"),  # the stop (20): A leaves first
+        ev(22, "OWN", "B", 0, 4),
+    ]
+    assert checks.taken(events, 10, 20) == [("B", 1)]
