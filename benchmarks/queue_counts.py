@@ -9,8 +9,9 @@ is acked, and prints, per job:
 * etcd: the gRPC requests by kind; ZooKeeper: the requests by opcode;
 * the group commit (``coord/_jobs/commit.py``): groups sent, by size, and those refused;
 * the claims, by path: with an ack (``run()``'s joint transaction: claimed, failed, or
-  not sent so: no job in stock), in the looker's own rounds, and in a worker's own task,
-  each with those that failed (another looker had the job first).
+  not sent so, by the state of the looker's stock at the ack), in the looker's own
+  rounds, and in a worker's own task, each with those that failed (another looker had
+  the job first).
 
 The counts wrap coord's private functions, so this script follows the code it measures:
 a count that stays at zero after a change to those functions is a sign to look here.
@@ -110,11 +111,20 @@ def _count_claims() -> None:
             counts["claim.looker"] += len(picks)
             counts["claim.looker failed"] += self._conflicts - before
 
-    async def joint(self: Any, *args: Any, **kwargs: Any) -> Any:
-        answer, job = await ack_and_claim(self, *args, **kwargs)
+    async def joint(self: Any, session: Any, ack: Any, ended: Any, late: Any) -> Any:
+        # The stock's state at the ack: why an ack goes alone.
+        stock = self._stock
+        state = (
+            "being read"
+            if self._reading
+            else ("fresh" if stock.fresh(session) else "stale")
+            + (", workers waiting" if self._waiters else "")
+        )
+        answer, job = await ack_and_claim(self, session, ack, ended, late)
         if counting:
             if answer == "unsent":
                 counts["claim.with ack: none (ack alone)"] += 1
+                counts[f"claim.with ack: none, the stock {state}"] += 1
             else:
                 counts["claim.with ack" if job is not None else "claim.with ack failed"] += 1
         return answer, job
@@ -147,7 +157,7 @@ async def measure(server: Any, jobs: int, workers: int, keys: int) -> None:
         f"{client_us:.0f} us, store {store_us:.0f} us"
     )
     for name, count in sorted(counts.items()):
-        print(f"  {name:36s} {count / jobs:8.3f} a job")
+        print(f"  {name:56s} {count / jobs:8.3f} a job")
 
 
 def main() -> None:
