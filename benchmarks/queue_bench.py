@@ -18,11 +18,12 @@ ZooKeeper with ``forceSync=yes`` on the JVM's defaults), this prints:
   ``get`` then ``consume``).
 
 Ratios: queue / floor at the same W, and run() at 32 workers / at 8. Each is the median
-of ``--rounds`` rounds (3), each round a floor and the queue right after it, with the
-rounds' range beside it: on a shared VM the machine's speed drifts by tens of percent
-within minutes (the etcd floor at 8 workers went from 1,455 to 2,333/s in one half hour),
-so a single floor measured minutes before the queue measured the drift as much as the
-queue.
+of ``--rounds`` rounds (3), with the rounds' range beside it. On a shared VM the
+machine's speed drifts by tens of percent within minutes (the etcd floor at 8 workers
+went from 1,455 to 2,333/s in one half hour), so a single floor measured minutes before
+the queue measured the drift as much as the queue: each queue run is measured between
+two floors, against their mean, and run() at 32 workers between two runs at 8, against
+theirs (back to back, apart from the other measurements).
 
     python benchmarks/queue_bench.py                     # both stores
     python benchmarks/queue_bench.py --store etcd --jobs 2000 --rounds 5
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import threading
 import time
 from contextlib import AsyncExitStack
@@ -275,10 +277,18 @@ def kazoo_locking_queue(hosts: str, jobs: int, workers: int, tag: str = "") -> f
 HOWS = (("run()", queue_run), ("claim() loop", queue_claims))
 
 
+async def floor(store: str, server: Any, jobs: int, workers: int, tag: str) -> float:
+    """The floor of *store* at *workers* (its keys named by *tag*)."""
+    if store == "etcd":
+        return await etcd_floor(server.endpoint, jobs, workers, tag)
+    return await zk_floor(server.endpoint, jobs, workers, tag)
+
+
 async def run_store(store: str, server: Any, jobs: int, rounds: int) -> None:
-    """*rounds* rounds, each measuring the puts, then for each W the floor and each way
-    of the queue right after it: each rate is the median of the rounds, and each ratio
-    the median of the rounds' own ratios (a queue run against the floor of its round).
+    """*rounds* rounds, each measuring the puts, then for each W each way of the queue
+    between two floors, then run() at 32 workers between two at 8: each rate is the
+    median of the rounds (a floor's, of all its runs), and each ratio the median of the
+    rounds' own ratios (a queue run against the mean of the floors around it).
     The machine's speed drifts by tens of percent within minutes on a shared VM; a
     ratio of two runs made minutes apart measures that drift as much as the queue."""
     url = f"{server.url}/bench"
@@ -292,19 +302,29 @@ async def run_store(store: str, server: Any, jobs: int, rounds: int) -> None:
         tag = f"-{n}"
         puts.append(await queue_puts(url, jobs * 2, f"puts{tag}", KEYS))
         for workers in WORKERS:
-            if store == "etcd":
-                floor = await etcd_floor(server.endpoint, jobs, workers, tag)
-            else:
-                floor = await zk_floor(server.endpoint, jobs, workers, tag)
-            floors[workers].append(floor)
+            runs = itertools.count(1)
+            # Each queue run between two floors, against their mean: the drift of the
+            # machine's speed over a run cancels, to the first order.
+            before = await floor(store, server, jobs, workers, f"{tag}f{next(runs)}")
+            floors[workers].append(before)
             for keys in (0, KEYS):
                 for how, measure in HOWS:
                     rate = await measure(url, jobs, workers, keys, tag)
+                    after = await floor(store, server, jobs, workers, f"{tag}f{next(runs)}")
+                    floors[workers].append(after)
                     rates.setdefault((how, workers, keys), []).append(rate)
-                    ratios.setdefault((how, workers, keys), []).append(rate / floor)
+                    ratios.setdefault((how, workers, keys), []).append(
+                        rate / ((before + after) / 2)
+                    )
+                    before = after
         for keys in (0, KEYS):
-            low, high = (rates["run()", w, keys][-1] for w in WORKERS)
-            scaling[keys].append(high / low)
+            # run() at 32 workers between two runs at 8, back to back (the runs above
+            # are minutes apart: their ratio measured the drift as much as the queue).
+            low, high = WORKERS
+            first = await queue_run(url, jobs, low, keys, f"{tag}s1")
+            more = await queue_run(url, jobs, high, keys, f"{tag}s")
+            second = await queue_run(url, jobs, low, keys, f"{tag}s2")
+            scaling[keys].append(more / ((first + second) / 2))
         if store == "zk":
             peers.append(
                 await asyncio.to_thread(kazoo_locking_queue, server.endpoint, jobs // 2, 8, tag)
