@@ -26,7 +26,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from coord.testing import EtcdServer, ZooKeeperServer
+from _stores import production_server
 
 MUTEX = """
 import json, sys, time, anyio
@@ -89,11 +89,7 @@ def main() -> None:
     args = parser.parse_args()
     trees = {"before": args.before.resolve(), "after": args.after.resolve()}
     for store in args.stores:
-        with (
-            EtcdServer()
-            if store == "etcd"
-            else ZooKeeperServer(force_sync=True, jvm="production") as server
-        ):
+        with production_server(store) as server:
             for n in args.contenders:
                 runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
                 for i in range(args.rounds):

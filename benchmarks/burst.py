@@ -17,9 +17,10 @@ import logging
 import time
 
 import anyio
+from _stores import production_server
 
 import coord
-from coord.testing import EtcdServer, ZooKeeperServer, wait_for_no_waiters
+from coord.testing import wait_for_no_waiters
 
 NAME = "burst"
 
@@ -65,9 +66,7 @@ def main() -> None:
     if args.url:
         anyio.run(burst, args.url, args.waiters, args.ttl, backend="asyncio")
         return
-    server = (
-        EtcdServer() if args.store == "etcd" else ZooKeeperServer(force_sync=True, jvm="production")
-    )
+    server = production_server(args.store)
     with server:
         anyio.run(burst, f"{server.url}/bench", args.waiters, args.ttl, backend="asyncio")
 

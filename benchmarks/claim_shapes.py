@@ -29,10 +29,9 @@ import time
 from typing import Any
 
 import grpc
+from _stores import production_server
 from aetcd import rpc
 from queue_bench import CLIENTS, PAYLOAD, _done, _kazoo
-
-from coord.testing import EtcdServer, ZooKeeperServer
 
 SHAPES = ("floor", "now", "session", "now+merged", "session+merged")
 _EQ = rpc.Compare.CompareResult.EQUAL
@@ -242,11 +241,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     for store in ["etcd", "zk"] if args.store == "both" else [args.store]:
-        with (
-            EtcdServer()
-            if store == "etcd"
-            else ZooKeeperServer(force_sync=True, jvm="production") as server
-        ):
+        with production_server(store) as server:
             for workers in args.workers:
                 asyncio.run(run(store, server, args.jobs, workers, args.rounds))
 

@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-
-from coord.testing import EtcdServer, ZooKeeperServer
+from _stores import production_server
 
 sys.path.insert(0, str(Path(__file__).parent))
 from suite import coord_run
@@ -31,11 +30,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--local-handoff", type=int, default=None)
     args = parser.parse_args()
-    with (
-        EtcdServer()
-        if args.store == "etcd"
-        else ZooKeeperServer(force_sync=True, jvm="production") as server
-    ):
+    with production_server(args.store) as server:
         waits: list[float] = []
         t0 = time.perf_counter()
         cpu0 = time.process_time()

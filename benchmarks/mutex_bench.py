@@ -35,11 +35,11 @@ from typing import Any
 
 import aetcd
 import anyio
+from _stores import production_server
 from kazoo.client import KazooClient
 
 import coord
 from coord.backends.zookeeper._faults import notifications_sent, server_counters
-from coord.testing import EtcdServer, ZooKeeperServer
 from coord.testing._metrics import parse_metric, watch_messages_sent
 
 Contender = Callable[[float, list[float]], Coroutine[Any, Any, None]]
@@ -283,10 +283,10 @@ def store_endpoint(url: str | None, store: str) -> Iterator[tuple[str, str]]:
         yield url, f"{'zk:' if parsed.scheme == 'zk' else ''}{host}:{port}"
         return
     if store == "zk":
-        with ZooKeeperServer(force_sync=True, jvm="production") as zk:
+        with production_server("zk") as zk:
             yield zk.url + "/bench", f"zk:{zk.endpoint}"
         return
-    with EtcdServer() as server:
+    with production_server("etcd") as server:
         yield server.url + "/bench", server.endpoint
 
 

@@ -41,12 +41,12 @@ from statistics import median
 from typing import Any
 
 import grpc
+from _stores import production_server
 from aetcd import rpc
 from kazoo.client import KazooClient
 from kazoo.recipe.queue import LockingQueue
 
 import coord
-from coord.testing import EtcdServer, ZooKeeperServer
 
 CLIENTS = int(__import__("os").environ.get("QB_CLIENTS", "4"))
 PUTTERS = 8
@@ -379,9 +379,7 @@ def main() -> None:
         parser.error("--rounds must be at least 1")
     stores = ["etcd", "zk"] if args.store == "both" else [args.store]
     for store in stores:
-        server = (
-            EtcdServer() if store == "etcd" else ZooKeeperServer(force_sync=True, jvm="production")
-        )
+        server = production_server(store)
         with server:
             asyncio.run(run_store(store, server, args.jobs, args.rounds))
 

@@ -31,13 +31,13 @@ import time
 from typing import Any
 
 import queue_bench
+from _stores import production_server
 
 from coord._jobs import commit, looker
 from coord.backends.etcd import _connection as etcd_connection
 from coord.backends.etcd._backend import EtcdBackend
 from coord.backends.zookeeper._backend import ZooKeeperBackend
 from coord.backends.zookeeper._wire import _connection as zk_connection
-from coord.testing import EtcdServer, ZooKeeperServer
 
 BACKEND_CALLS = ("transact", "entries", "get", "find", "put", "delete", "position")
 
@@ -173,9 +173,7 @@ def main() -> None:
     _count_requests()
     _count_groups()
     _count_claims()
-    server = (
-        EtcdServer() if args.store == "etcd" else ZooKeeperServer(force_sync=True, jvm="production")
-    )
+    server = production_server(args.store)
     with server:
         asyncio.run(measure(server, args.jobs, args.workers, args.keys))
 

@@ -22,9 +22,8 @@ import asyncio
 import time
 from typing import Any
 
+from _stores import production_server
 from queue_bench import CLIENTS, queue_puts, run_first
-
-from coord.testing import EtcdServer, ZooKeeperServer
 
 WORKERS = 8
 
@@ -51,9 +50,7 @@ def main() -> None:
         parser.error("each depth must be at least --count")
     stores = ["etcd", "zk"] if args.store == "both" else [args.store]
     for store in stores:
-        server = (
-            EtcdServer() if store == "etcd" else ZooKeeperServer(force_sync=True, jvm="production")
-        )
+        server = production_server(store)
         with server:
             for depth in args.depths:
                 rate, store_cpu, client_cpu = asyncio.run(

@@ -38,11 +38,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
+from _stores import production_server
 from kazoo.client import KazooClient
 
 import coord
 from coord._locks.hold import GUARD_DELAY
-from coord.testing import EtcdServer, ZooKeeperServer, wait_for_waiters
+from coord.testing import wait_for_waiters
 from coord.testing._metrics import parse_metric
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -349,11 +350,11 @@ def main() -> None:
     global TOP
     TOP = args.heap_top
     rows: list[list[str]] = []
-    with EtcdServer() as etcd:
+    with production_server("etcd") as etcd:
         rows += anyio.run(
             measure, "etcd", etcd.url + "/scale", etcd.endpoint, args.waiters, args.locks
         )
-    with ZooKeeperServer(force_sync=True, jvm="production") as zk:
+    with production_server("zk") as zk:
         rows += anyio.run(
             measure, "ZooKeeper", zk.url + "/scale", f"zk:{zk.endpoint}", args.waiters, args.locks
         )

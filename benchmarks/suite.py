@@ -49,12 +49,12 @@ from typing import Any
 
 import aetcd
 import anyio
+from _stores import production_server
 from aetcd import rpc
 from kazoo.client import KazooClient
 
 import coord
 from coord.backends.etcd._grpc import Channel
-from coord.testing import EtcdServer, ZooKeeperServer
 
 sys.path.insert(0, str(Path(__file__).parent))
 import anyio.lowlevel
@@ -472,7 +472,7 @@ def main() -> None:
     parser.add_argument("--cohort-k", type=int, nargs="+", default=COHORT_K)
     args = parser.parse_args()
     rows: list[Row] = []
-    with EtcdServer() as etcd:
+    with production_server("etcd") as etcd:
         rows += anyio.run(
             measure,
             "etcd",
@@ -482,7 +482,7 @@ def main() -> None:
             args.seconds,
             args.cohort_k,
         )
-    with ZooKeeperServer(force_sync=True, jvm="production") as zk:
+    with production_server("zk") as zk:
         rows += anyio.run(
             measure,
             "ZooKeeper",
