@@ -131,6 +131,13 @@ class _Member:
         self.result: Result = None
         self.error: BaseException | None = None
 
+    def finish(self) -> None:
+        """Its group was sent and answered or not, or it goes in none: wake it (also
+        from a turn it waits for and no longer needs)."""
+        self.answered.set()
+        if self.turn is not None:
+            self.turn.set()
+
 
 class Committer:
     """Sends the acks of one session, grouped (see the module's docstring)."""
@@ -222,9 +229,7 @@ class Committer:
                         "the group's sender was cancelled with the group out: its "
                         "outcome is unknown"
                     )
-                member.answered.set()
-                if member.turn is not None:  # it waits for a turn it no longer needs
-                    member.turn.set()
+                member.finish()
             self._wake_next()
 
     def _take_group(self) -> list[_Member]:
@@ -245,9 +250,7 @@ class Committer:
                     member.ops = member.stamped(claims)
                 except Exception as exc:
                     member.told, member.error = True, exc
-                    member.answered.set()
-                    if member.turn is not None:
-                        member.turn.set()
+                    member.finish()
                     continue
                 member.seq = claims
             if member.stamped is not None:
