@@ -23,7 +23,9 @@ machine's speed drifts by tens of percent within minutes (the etcd floor at 8 wo
 went from 1,455 to 2,333/s in one half hour), so a single floor measured minutes before
 the queue measured the drift as much as the queue: each queue run is measured between
 two floors, against their mean, and run() at 32 workers between two runs at 8, against
-theirs (back to back, apart from the other measurements).
+theirs (back to back, apart from the other measurements). A first round (``--warmup``)
+is run and thrown away: a JVM fresh from its start spends up to four times the CPU on
+the queue's requests that it does once warm.
 
     python benchmarks/queue_bench.py                     # both stores
     python benchmarks/queue_bench.py --store etcd --jobs 2000 --rounds 5
@@ -37,6 +39,7 @@ import itertools
 import threading
 import time
 from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
@@ -284,51 +287,73 @@ async def floor(store: str, server: Any, jobs: int, workers: int, tag: str) -> f
     return await zk_floor(server.endpoint, jobs, workers, tag)
 
 
-async def run_store(store: str, server: Any, jobs: int, rounds: int) -> None:
-    """*rounds* rounds, each measuring the puts, then for each W each way of the queue
-    between two floors, then run() at 32 workers between two at 8: each rate is the
-    median of the rounds (a floor's, of all its runs), and each ratio the median of the
-    rounds' own ratios (a queue run against the mean of the floors around it).
-    The machine's speed drifts by tens of percent within minutes on a shared VM; a
-    ratio of two runs made minutes apart measures that drift as much as the queue."""
+@dataclass
+class Results:
+    """What the measured rounds found (a warm-up round's are thrown away)."""
+
+    puts: list[float] = field(default_factory=list)
+    floors: dict[int, list[float]] = field(default_factory=lambda: {w: [] for w in WORKERS})
+    rates: dict[tuple[str, int, int], list[float]] = field(default_factory=dict)
+    ratios: dict[tuple[str, int, int], list[float]] = field(default_factory=dict)
+    # run() at 32 workers / at 8, by round
+    scaling: dict[int, list[float]] = field(default_factory=lambda: {0: [], KEYS: []})
+    peers: list[float] = field(default_factory=list)  # kazoo's LockingQueue, by round
+
+
+async def one_round(store: str, server: Any, jobs: int, tag: str, results: Results) -> None:
+    """One round: the puts, then for each W each way of the queue between two floors,
+    then run() at 32 workers between two at 8 (and kazoo's LockingQueue on ZooKeeper)."""
     url = f"{server.url}/bench"
-    puts: list[float] = []
-    floors: dict[int, list[float]] = {w: [] for w in WORKERS}
-    rates: dict[tuple[str, int, int], list[float]] = {}
-    ratios: dict[tuple[str, int, int], list[float]] = {}
-    scaling: dict[int, list[float]] = {0: [], KEYS: []}  # run() at 32 / at 8, by round
-    peers: list[float] = []  # kazoo's LockingQueue (ZooKeeper), by round
-    for n in range(rounds):
-        tag = f"-{n}"
-        puts.append(await queue_puts(url, jobs * 2, f"puts{tag}", KEYS))
-        for workers in WORKERS:
-            runs = itertools.count(1)
-            # Each queue run between two floors, against their mean: the drift of the
-            # machine's speed over a run cancels, to the first order.
-            before = await floor(store, server, jobs, workers, f"{tag}f{next(runs)}")
-            floors[workers].append(before)
-            for keys in (0, KEYS):
-                for how, measure in HOWS:
-                    rate = await measure(url, jobs, workers, keys, tag)
-                    after = await floor(store, server, jobs, workers, f"{tag}f{next(runs)}")
-                    floors[workers].append(after)
-                    rates.setdefault((how, workers, keys), []).append(rate)
-                    ratios.setdefault((how, workers, keys), []).append(
-                        rate / ((before + after) / 2)
-                    )
-                    before = after
+    results.puts.append(await queue_puts(url, jobs * 2, f"puts{tag}", KEYS))
+    for workers in WORKERS:
+        runs = itertools.count(1)
+        # Each queue run between two floors, against their mean: the drift of the
+        # machine's speed over a run cancels, to the first order.
+        before = await floor(store, server, jobs, workers, f"{tag}f{next(runs)}")
+        results.floors[workers].append(before)
         for keys in (0, KEYS):
-            # run() at 32 workers between two runs at 8, back to back (the runs above
-            # are minutes apart: their ratio measured the drift as much as the queue).
-            low, high = WORKERS
-            first = await queue_run(url, jobs, low, keys, f"{tag}s1")
-            more = await queue_run(url, jobs, high, keys, f"{tag}s")
-            second = await queue_run(url, jobs, low, keys, f"{tag}s2")
-            scaling[keys].append(more / ((first + second) / 2))
-        if store == "zk":
-            peers.append(
-                await asyncio.to_thread(kazoo_locking_queue, server.endpoint, jobs // 2, 8, tag)
-            )
+            for how, measure in HOWS:
+                rate = await measure(url, jobs, workers, keys, tag)
+                after = await floor(store, server, jobs, workers, f"{tag}f{next(runs)}")
+                results.floors[workers].append(after)
+                results.rates.setdefault((how, workers, keys), []).append(rate)
+                results.ratios.setdefault((how, workers, keys), []).append(
+                    rate / ((before + after) / 2)
+                )
+                before = after
+    for keys in (0, KEYS):
+        # run() at 32 workers between two runs at 8, back to back (the runs above
+        # are minutes apart: their ratio measured the drift as much as the queue).
+        low, high = WORKERS
+        first = await queue_run(url, jobs, low, keys, f"{tag}s1")
+        more = await queue_run(url, jobs, high, keys, f"{tag}s")
+        second = await queue_run(url, jobs, low, keys, f"{tag}s2")
+        results.scaling[keys].append(more / ((first + second) / 2))
+    if store == "zk":
+        results.peers.append(
+            await asyncio.to_thread(kazoo_locking_queue, server.endpoint, jobs // 2, 8, tag)
+        )
+
+
+async def run_store(store: str, server: Any, jobs: int, rounds: int, warmup: int) -> None:
+    """*warmup* rounds thrown away, then *rounds* rounds measured (:func:`one_round`):
+    each rate is the median of the rounds (a floor's, of all its runs), and each ratio
+    the median of the rounds' own ratios (a queue run against the mean of the floors
+    around it). The machine's speed drifts by tens of percent within minutes on a shared
+    VM; a ratio of two runs made minutes apart measures that drift as much as the queue.
+
+    The warm-up is the servers': a ZooKeeper fresh from its start spends up to four
+    times the CPU a job on the requests its JVM has not yet run many of (the queue's
+    multis, watches and listings): `run()` at 8 workers, 3,000 jobs a round, 2.2-2.7 ms
+    of its CPU a job in the first round, 1.4-1.8 in the second, 0.5-0.7 from the third
+    on. A production ensemble has served them for days."""
+    for n in range(warmup):
+        await one_round(store, server, jobs, f"-w{n}", Results())
+    results = Results()
+    for n in range(rounds):
+        await one_round(store, server, jobs, f"-{n}", results)
+    puts, floors, rates, ratios = results.puts, results.floors, results.rates, results.ratios
+    scaling, peers = results.scaling, results.peers
     each = f" (median of {rounds} rounds)" if rounds > 1 else ""
     print(f"{store}: puts {median(puts):,.0f}/s{each} ({jobs * 2} jobs from {PUTTERS} putters)")
     for workers in WORKERS:
@@ -374,14 +399,22 @@ def main() -> None:
     parser.add_argument(
         "--rounds", type=int, default=3, help="rounds per store (medians are printed)"
     )
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=1,
+        help="rounds per store run first and thrown away (the servers' warm-up)",
+    )
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    if args.warmup < 0:
+        parser.error("--warmup must be at least 0")
     stores = ["etcd", "zk"] if args.store == "both" else [args.store]
     for store in stores:
         server = production_server(store)
         with server:
-            asyncio.run(run_store(store, server, args.jobs, args.rounds))
+            asyncio.run(run_store(store, server, args.jobs, args.rounds, args.warmup))
 
 
 if __name__ == "__main__":
