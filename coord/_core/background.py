@@ -20,16 +20,59 @@ host task, the outer group cancels the caller's block and raises the error at it
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Coroutine
+    from collections.abc import Awaitable, Callable, Coroutine, Iterator
 
     from anyio.abc import TaskGroup
 
-__all__ = ["BackgroundTasks", "Endings", "close_on_exit"]
+_library_cvar: ContextVar[str | None] | None
+try:
+    from sniffio import current_async_library_cvar as _library_cvar
+except ImportError:  # (anyio then finds asyncio without sniffing: nothing to declare)
+    _library_cvar = None
+
+__all__ = ["BackgroundTasks", "Endings", "close_on_exit", "declare_asyncio", "undeclared"]
+
+
+def declare_asyncio() -> Token[str | None] | None:
+    """In a task of coord's own, started on asyncio: declare asyncio to sniffio, in
+    this task's context (and so in the tasks it starts). Returns the token to restore
+    the starter's declaration with around user code (:func:`undeclared`); None if
+    nothing was declared (not on asyncio, or no sniffio).
+
+    anyio finds its backend through sniffio at every ``Event``, ``CancelScope``,
+    ``move_on_after`` and ``current_time``, and on asyncio sniffio learns it by calling
+    ``asyncio.current_task()`` each time, unless the library was declared: that
+    sniffing was 6% of the client's CPU in ``queue.run()`` (etcd, 32 workers). A task's
+    context is its own (a copy of its starter's), so the declaration reaches no caller.
+    Only in tasks that run coord's code alone, or user code under :func:`undeclared`:
+    user code that starts a thread with ``asyncio.to_thread`` (which copies the
+    context) would find asyncio declared there, and ``anyio.run`` in that thread would
+    refuse to start (``tests/unit/test_sniffio_context.py``)."""
+    if _library_cvar is None or not _on_asyncio():
+        return None
+    return _library_cvar.set("asyncio")
+
+
+@contextlib.contextmanager
+def undeclared(token: Token[str | None] | None) -> Iterator[None]:
+    """Run user code in a task that :func:`declare_asyncio` declared (*token*) with
+    sniffio's declaration as the task's starter had it."""
+    if token is None or _library_cvar is None:
+        yield
+        return
+    old = token.old_value
+    inner = _library_cvar.set(None if old is Token.MISSING else old)
+    try:
+        yield
+    finally:
+        _library_cvar.reset(inner)
 
 
 async def close_on_exit(aclose: Callable[[], Awaitable[None]], error: BaseException | None) -> None:
@@ -242,6 +285,8 @@ class _NativeTasks:
     async def _run(
         self, func: Callable[..., Coroutine[Any, Any, Any]], args: tuple[Any, ...]
     ) -> None:
+        if _library_cvar is not None:
+            _library_cvar.set("asyncio")  # (see declare_asyncio: coord's code alone)
         with anyio.CancelScope() as scope:
             if self._closing:
                 scope.cancel()

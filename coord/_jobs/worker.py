@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from .._core import retry as _retry
+from .._core.background import declare_asyncio, undeclared
 from .._core.checks import check_int, check_seconds
 from .._core.exceptions import (
     ClaimLost,
@@ -45,6 +46,7 @@ from .endings import release_now
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
     from contextlib import AbstractAsyncContextManager
+    from contextvars import Token
 
     from .endings import RetryPolicy
     from .records import Job
@@ -136,11 +138,13 @@ class Carry:
 class _Slot:
     """One worker: the scope its claim runs in, the job it holds (None while it waits
     for one), the handler's own exception, if it raised, and its next job, if it was
-    claimed with the last ack."""
+    claimed with the last ack; and its task's declaration of asyncio to sniffio, which
+    the handler runs without (``declare_asyncio``)."""
 
-    __slots__ = ("carry", "failures", "job", "raised", "scope")
+    __slots__ = ("carry", "declared", "failures", "job", "raised", "scope")
 
     def __init__(self, carry: Carry) -> None:
+        self.declared: Token[str | None] | None = None
         self.failures = 0  # claims that failed in a row (see _claim_failed)
         self.scope: anyio.CancelScope | None = None
         self.job: Job | None = None
@@ -204,6 +208,7 @@ class _Workers:
         return not self.why
 
     async def _work(self, slot: _Slot) -> None:
+        slot.declared = declare_asyncio()  # (the handler runs undeclared)
         try:
             while not self.why:
                 await self._one(slot)
@@ -260,7 +265,8 @@ class _Workers:
 
     async def _run(self, slot: _Slot, job: Job) -> None:
         try:
-            await self._handler(job)
+            with undeclared(slot.declared):
+                await self._handler(job)
         except Exception as exc:
             slot.raised = exc
             raise

@@ -32,6 +32,7 @@ from anyio.abc import SocketAttribute
 from kazoo import exceptions as kz
 from kazoo.protocol.serialization import Auth, PingInstance
 
+from ...._core.background import declare_asyncio
 from ._errors import ProtocolError
 from ._framing import AUTH_XID, PING_XID, SET_WATCHES_XID, encode, encode_request
 from ._replies import Replies
@@ -144,6 +145,7 @@ class Connection:
                 await self._stream.aclose()
 
     async def _guard(self, task: Callable[[], Awaitable[None]]) -> None:
+        declare_asyncio()  # (a task of the connection's own)
         try:
             await task()
         except Exception as exc:  # any failure of a task ends the connection, not the client
