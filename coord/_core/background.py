@@ -51,7 +51,8 @@ def declare_asyncio() -> Token[str | None] | None:
     ``asyncio.current_task()`` each time, unless the library was declared: that
     sniffing was 6% of the client's CPU in ``queue.run()`` (etcd, 32 workers). A task's
     context is its own (a copy of its starter's), so the declaration reaches no caller.
-    Only in tasks that run coord's code alone, or user code under :func:`undeclared`:
+    Only in tasks that run coord's code alone (not in every task of a session:
+    ``Session.start_soon`` runs the user's too), or user code under :func:`undeclared`:
     user code that starts a thread with ``asyncio.to_thread`` (which copies the
     context) would find asyncio declared there, and ``anyio.run`` in that thread would
     refuse to start (``tests/unit/test_sniffio_context.py``)."""
@@ -285,8 +286,6 @@ class _NativeTasks:
     async def _run(
         self, func: Callable[..., Coroutine[Any, Any, Any]], args: tuple[Any, ...]
     ) -> None:
-        if _library_cvar is not None:
-            _library_cvar.set("asyncio")  # (see declare_asyncio: coord's code alone)
         with anyio.CancelScope() as scope:
             if self._closing:
                 scope.cancel()

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from .._core.background import declare_asyncio
 from .._core.exceptions import (
     BackendError,
     BackendUnavailable,
@@ -191,6 +192,7 @@ class Combiner:
 
     async def _send(self, batch: list[_Put]) -> None:
         """One transaction creating the jobs of *batch*, each put told its outcome."""
+        declare_asyncio()  # (a task of the combiner's own)
         try:
             batch = [put for put in batch if not put.gone]  # cancelled meanwhile
             if batch:

@@ -46,6 +46,7 @@ import anyio
 
 from .._core import keys as _keys
 from .._core import retry as _retry
+from .._core.background import declare_asyncio
 from .._core.exceptions import (
     BackendError,
     BackendUnavailable,
@@ -194,6 +195,7 @@ class Looker:
             self._watching.cancel()  # nobody waits: the looker may end
 
     async def _run(self) -> None:
+        declare_asyncio()  # (a task of the looker's own, and the claims it starts)
         try:
             while self._waiters:
                 session = await self._source.live()

@@ -25,6 +25,7 @@ from anyio.lowlevel import checkpoint_if_cancelled
 
 from .._core import keys as _keys
 from .._core import retry as _retry
+from .._core.background import declare_asyncio
 from .._core.exceptions import (
     BackendError,
     BackendUnavailable,
@@ -213,6 +214,7 @@ class OwnedWork(ABC):
                 undo(None if not box or isinstance(box[0], _Failed) else box[0])
 
         async def run() -> None:
+            declare_asyncio()  # (coord's work alone: see Session.settle's callers)
             try:
                 box.append(await func())
             except Exception as exc:
