@@ -53,8 +53,12 @@ __all__ = ["Stock"]
 # a long queue whose head is claimable sends one short reply, not every job. (128 and a
 # stock of 64 before ZooKeeper kept what its looks read, backends/zookeeper/_cache.py:
 # since, 256/128 measured 1.07x on etcd and 1.23x on ZooKeeper at 8 workers, and 512/256
-# no better; docs/benchmarks.md.)
-FIRST_LOOK = 256
+# no better. Then 512 with a stock of 128: in contention a looker keeps only its lane's
+# share of a look, a quarter of it with 4 clients, and on etcd a look costs the store
+# the whole queue whatever its limit: at 32 workers on etcd, reads 0.031-0.039 a job ->
+# 0.020-0.025, transactions 0.65-0.68 -> 0.57, 1.07-1.13x the jobs/s; at 8 workers,
+# and on ZooKeeper, no change beyond the noise; docs/benchmarks.md.)
+FIRST_LOOK = 512
 # A read keeps up to this many claimable jobs in stock (and up to STOCK_BYTES of their
 # payloads, beyond the jobs the waiting workers need now), claimed by the next rounds
 # without reading again (each claim is guarded by the job's version as read). Reads are
