@@ -135,8 +135,6 @@ class Stock:
         for attempt in _retry.attempts():
             try:
                 jobs = await backend.entries(self.jobs_prefix, limit=limit, stale_ok=True)
-                read = {e.key for e in jobs.entries}
-                self._decoded = {k: v for k, v in self._decoded.items() if k in read}
                 claims = None
                 now = time.monotonic()
                 if now >= self._claims_due or not self._any_claimable(jobs, None):
@@ -161,6 +159,11 @@ class Stock:
                 if not self._any_claimable(jobs, claims):  # none among the oldest: further
                     limit = limit * 8 if limit < FIRST_LOOK * 64 else None
                     continue
+            # The headers kept are those of this read's jobs: of the whole read, not of
+            # its first look alone, for the next read goes as far (with 16 keys busy
+            # at 32 workers every look went further, and decoded those jobs again).
+            read = {e.key for e in jobs.entries}
+            self._decoded = {k: v for k, v in self._decoded.items() if k in read}
             return jobs, claims
         raise AssertionError("unreachable")  # pragma: no cover
 
