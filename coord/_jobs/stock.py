@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import hashlib
 import json
 import random
 import time
 import uuid
-import zlib
 from typing import TYPE_CHECKING
 
 import anyio
@@ -99,6 +99,8 @@ class Stock:
         self.priorities = False
         self._until = 0.0  # the stock is read again after then (monotonic)
         self._lookers: list[str] = [self.token]  # the lookers seen claiming lately
+        # Whose lane a job is in (see lane_of), by its lane key, for these lookers.
+        self._owners: dict[str, str] = {}
         self._seen: dict[str, float] = {}  # looker token -> when last seen (monotonic)
         self._contended_until = 0.0  # lanes until then (monotonic; see share)
         self._claims_due = 0.0  # when the claims must be read again (monotonic)
@@ -356,10 +358,9 @@ class Stock:
     def share(self, picks: list[_claiming.Pick]) -> list[_claiming.Pick]:
         """This looker's share of the claimable jobs *picks* (oldest first). Without a
         conflict in the last :data:`CONTENDED_FOR` seconds, all of them. Else those of its
-        lane, its place among the n lookers whose claims it last read (a job's lane is a
-        hash of its key, modulo n), so that lookers claiming at once reach for different
-        jobs. Alone, that is every job, oldest first. All of them if its share is empty
-        (fewer jobs than lookers)."""
+        lane among the lookers whose claims it read lately (:func:`lane_of`), so that
+        lookers claiming at once reach for different jobs. Alone, that is every job,
+        oldest first. All of them if its share is empty (fewer jobs than lookers)."""
         if self.uncontended() or self.priorities:
             return picks  # no conflict lately (or priorities first): the oldest first
         mine = self._own_lane(picks)
@@ -369,9 +370,20 @@ class Stock:
 
     def _own_lane(self, picks: list[_claiming.Pick]) -> list[_claiming.Pick]:
         """Those of *picks* in this looker's lane (in their order)."""
-        lookers = self._lookers
-        lane, lanes = lookers.index(self.token), len(lookers)
-        return [p for p in picks if _lane(p, lanes) == lane]
+        if len(self._lookers) == 1:
+            return list(picks)
+        token, owners, lookers = self.token, self._owners, self._lookers
+        if len(owners) > 4 * FIRST_LOOK:  # (of jobs gone long since, mostly)
+            owners.clear()
+        mine = []
+        for pick in picks:
+            key = _lane_key(pick)
+            owner = owners.get(key)
+            if owner is None:
+                owner = owners[key] = lane_of(key, lookers)
+            if owner == token:
+                mine.append(pick)
+        return mine
 
     def decode(self, entry: Entry) -> tuple[_records.State, bytes]:
         """:func:`coord._jobs.records.decode`, remembered per key, creation and version
@@ -409,7 +421,9 @@ class Stock:
                     seen[token] = now
         for token in [t for t, at in seen.items() if at < now - LOOKERS_FOR]:
             del seen[token]
-        self._lookers = sorted(seen)
+        lookers = sorted(seen)
+        if lookers != self._lookers:
+            self._lookers, self._owners = lookers, {}
 
 
 def _kept(picks: list[_claiming.Pick], waiting: int) -> list[_claiming.Pick]:
@@ -455,12 +469,28 @@ def _successors(
     return after
 
 
-def _lane(pick: _claiming.Pick, lanes: int) -> int:
-    """A job's lane: a hash of its ordering key, so that one looker takes every job of a
-    key while lookers contend (a key's next job is claimable only after its ack, and it
-    is that looker that learns of the ack first: see Stock.acked); of its store key
-    for a job without one."""
+def _lane_key(pick: _claiming.Pick) -> str:
+    """What decides a job's lane: its ordering key, so that one looker takes every job of
+    a key while lookers contend (a key's next job is claimable only after its ack, and it
+    is that looker that learns of the ack first: see Stock.acked); its store key for a
+    job without one."""
     assert pick.entry is not None
     assert pick.state is not None
-    key = pick.state.key if pick.state.key is not None else pick.entry.key
-    return zlib.crc32(key.encode()) % lanes
+    return pick.state.key if pick.state.key is not None else pick.entry.key
+
+
+def lane_of(key: str, lookers: Sequence[str]) -> str:
+    """The looker among *lookers* (their tokens) in whose lane the jobs of the lane key
+    *key* are: the one whose token, hashed with the key, scores highest (rendezvous
+    hashing). Each looker knows the others from the claims it read, and two lookers
+    may know different sets for a while (one not yet seen claiming, or no longer); with
+    this, they disagree only about the jobs of the lookers one of them lacks, where a
+    hash modulo the number of lookers (as lanes were) moved most jobs to another lane
+    when that number differed (at 8 workers on etcd, a third of the lookers' refills
+    were made knowing 1-3 of the 4, and most conflicts came then)."""
+    data = key.encode()
+    # (A keyed hash, not a CRC: a CRC's scores of one key under several tokens differ
+    # by a fixed XOR, and the lanes came out lopsided, one looker's often half the jobs.)
+    return max(
+        lookers, key=lambda token: hashlib.blake2b(data, digest_size=8, key=token.encode()).digest()
+    )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from coord._jobs import records as _records
 from coord._jobs.claim import Pick
-from coord._jobs.stock import Stock, _lane
+from coord._jobs.stock import Stock, lane_of
 from coord.abc import Entry
 
 
@@ -31,8 +31,11 @@ def test_a_first_conflict_cuts_the_stock_to_its_own_lane() -> None:
     stock = _stock(4)
     assert stock.uncontended()
     stock.conflicted(1, 1)
-    lane, lanes = stock._lookers.index(stock.token), 4
-    mine = [p for p in [_pick(n) for n in range(64)] if _lane(p, lanes) == lane]
+    mine = [
+        p
+        for p in [_pick(n) for n in range(64)]
+        if lane_of(p.entry.key if p.entry else "", stock._lookers) == stock.token
+    ]
     assert mine, "(64 jobs over 4 lanes)"
     assert [p.order for p in stock.picks] == [p.order for p in mine]
     assert not stock.uncontended()
@@ -63,3 +66,31 @@ def test_alone_a_failed_claim_drops_the_stock() -> None:
     stock = _stock(1)
     stock.conflicted(1, 1)
     assert stock.picks == []
+
+
+def test_lookers_that_know_different_lookers_disagree_only_about_the_missing_ones_jobs() -> None:
+    """Lanes by rendezvous hashing: a looker that does not know one of the others yet
+    (or no longer) reaches for that one's jobs only, never for the jobs the two of them
+    agree are a third one's; and every looker computes the same lane for a key (no
+    process's own hash seed in it)."""
+    everyone = ["a" * 12, "b" * 12, "c" * 12, "d" * 12]
+    keys = [f"q/_jobs/@j{n:032x}" for n in range(2000)]
+    full = {k: lane_of(k, everyone) for k in keys}
+    assert set(full.values()) == set(everyone)  # every looker has a lane
+    shares = [list(full.values()).count(t) for t in everyone]
+    assert 2000 // 4 * 0.8 < min(shares) <= max(shares) < 2000 // 4 * 1.2, shares
+    partial = {k: lane_of(k, everyone[:3]) for k in keys}
+    moved = [k for k in keys if full[k] != partial[k]]
+    assert moved
+    assert all(full[k] == everyone[3] for k in moved)  # only the missing one's jobs
+    assert lane_of("orders/42", everyone) == lane_of("orders/42", list(reversed(everyone)))
+
+
+def test_the_lanes_are_learned_again_when_the_lookers_change() -> None:
+    stock = _stock(4)
+    stock.conflicted(1, 1)
+    before = [p.order for p in stock.share([_pick(n) for n in range(64)])]
+    stock._lookers = sorted([stock.token, "other0"])  # (as _seen_lookers sets them)
+    stock._owners = {}
+    after = [p.order for p in stock.share([_pick(n) for n in range(64)])]
+    assert set(before) <= set(after)  # fewer lookers: its lane only grows
