@@ -67,6 +67,8 @@ FIRST_LOOK = 512
 # a job took 2.5 ms of etcd's CPU a job with 3,000 jobs queued; a claim, 0.25 ms).
 STOCK = 128
 STOCK_BYTES = 1 << 20
+# The lanes of this many lane keys are remembered (for the lookers known: see lane_of).
+_OWNERS_KEPT = 4 * FIRST_LOOK
 # ... and reads again after this many seconds whatever is left of it, so that no stock
 # outlives a queue emptied and refilled (a name made again may match an old version:
 # see coord.abc.Update).
@@ -125,6 +127,7 @@ class Stock:
         kept (bounded, read again after :data:`STOCK_FOR`): a worker that is back from its
         job a moment later claims without a read."""
         self._decoded = {}
+        self._owners = {}
 
     async def read(self, session: Session) -> tuple[Listing, Listing | None]:
         """The oldest jobs (more if none of them is claimable), and the live claims when
@@ -266,7 +269,7 @@ class Stock:
         :data:`STOCK_FOR` s (from *now*, wall clock, the time the picks were chosen at),
         or sooner when a job read comes due (delayed, or backing
         off): it may be older than the stock, and is claimed before it (put order)."""
-        self.picks, self.session = _kept(self.share(picks), waiting), session
+        self.picks, self.session = _kept(self.share(picks, max(waiting, STOCK)), waiting), session
         self._after = (
             {}
             if self.priorities
@@ -355,34 +358,39 @@ class Stock:
         that ack (:meth:`acked`). Not a checkpoint."""
         self._after.pop(key, None)
 
-    def share(self, picks: list[_claiming.Pick]) -> list[_claiming.Pick]:
-        """This looker's share of the claimable jobs *picks* (oldest first). Without a
-        conflict in the last :data:`CONTENDED_FOR` seconds, all of them. Else those of its
-        lane among the lookers whose claims it read lately (:func:`lane_of`), so that
-        lookers claiming at once reach for different jobs. Alone, that is every job,
-        oldest first. All of them if its share is empty (fewer jobs than lookers)."""
+    def share(self, picks: list[_claiming.Pick], most: int | None = None) -> list[_claiming.Pick]:
+        """This looker's share of the claimable jobs *picks* (oldest first; the first
+        *most* of it, if given). Without a conflict in the last :data:`CONTENDED_FOR`
+        seconds, all of them. Else those of its lane among the lookers whose claims it
+        read lately (:func:`lane_of`), so that lookers claiming at once reach for
+        different jobs. Alone, that is every job, oldest first. All of them if its share
+        is empty (fewer jobs than lookers)."""
         if self.uncontended() or self.priorities:
             return picks  # no conflict lately (or priorities first): the oldest first
-        mine = self._own_lane(picks)
+        mine = self._own_lane(picks, most)
         if mine:
             return mine
         return sorted(random.sample(picks, min(len(picks), STOCK)), key=_claiming.rank)
 
-    def _own_lane(self, picks: list[_claiming.Pick]) -> list[_claiming.Pick]:
-        """Those of *picks* in this looker's lane (in their order)."""
+    def _own_lane(
+        self, picks: list[_claiming.Pick], most: int | None = None
+    ) -> list[_claiming.Pick]:
+        """Those of *picks* in this looker's lane (in their order; the first *most*)."""
         if len(self._lookers) == 1:
-            return list(picks)
+            return list(picks[:most])
         token, owners, lookers = self.token, self._owners, self._lookers
-        if len(owners) > 4 * FIRST_LOOK:  # (of jobs gone long since, mostly)
-            owners.clear()
         mine = []
         for pick in picks:
             key = _lane_key(pick)
             owner = owners.get(key)
             if owner is None:
+                if len(owners) >= _OWNERS_KEPT:  # (of jobs gone since, mostly)
+                    owners.clear()
                 owner = owners[key] = lane_of(key, lookers)
             if owner == token:
                 mine.append(pick)
+                if most is not None and len(mine) >= most:
+                    break
         return mine
 
     def decode(self, entry: Entry) -> tuple[_records.State, bytes]:
@@ -417,7 +425,9 @@ class Stock:
         for entry in claims.entries:
             with contextlib.suppress(ValueError, AttributeError):
                 token = json.loads(entry.value).get("looker")
-                if isinstance(token, str):
+                # (A claim written by something else may name anything: only a token
+                # that can be hashed as lanes hash them counts.)
+                if isinstance(token, str) and 0 < len(token) <= 64 and token.isascii():
                     seen[token] = now
         for token in [t for t, at in seen.items() if at < now - LOOKERS_FOR]:
             del seen[token]
@@ -488,9 +498,10 @@ def lane_of(key: str, lookers: Sequence[str]) -> str:
     hash modulo the number of lookers (as lanes were) moved most jobs to another lane
     when that number differed (at 8 workers on etcd, a third of the lookers' refills
     were made knowing 1-3 of the 4, and most conflicts came then)."""
-    data = key.encode()
-    # (A keyed hash, not a CRC: a CRC's scores of one key under several tokens differ
-    # by a fixed XOR, and the lanes came out lopsided, one looker's often half the jobs.)
+    data = b"\0" + key.encode("utf-8", "surrogatepass")
+    # (A cryptographic hash, not a CRC: a CRC's scores of one key under several tokens
+    # differ by a fixed XOR, and the lanes came out lopsided, one looker's often half
+    # the jobs. Tokens are ASCII: see _seen_lookers.)
     return max(
-        lookers, key=lambda token: hashlib.blake2b(data, digest_size=8, key=token.encode()).digest()
+        lookers, key=lambda token: hashlib.blake2b(token.encode() + data, digest_size=8).digest()
     )
