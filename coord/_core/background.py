@@ -55,7 +55,9 @@ def declare_asyncio() -> Token[str | None] | None:
     ``Session.start_soon`` runs the user's too), or user code under :func:`undeclared`:
     user code that starts a thread with ``asyncio.to_thread`` (which copies the
     context) would find asyncio declared there, and ``anyio.run`` in that thread would
-    refuse to start (``tests/unit/test_sniffio_context.py``)."""
+    refuse to start (``tests/unit/test_sniffio_context.py``). A backend's methods run in
+    these tasks: a backend of one's own that runs an event loop in a thread it starts
+    with the context copied would find asyncio declared there too."""
     if _library_cvar is None or not _on_asyncio():
         return None
     return _library_cvar.set("asyncio")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import TYPE_CHECKING
 
 import anyio
 import sniffio
@@ -18,6 +19,9 @@ import sniffio
 import coord
 from coord._core.background import declare_asyncio
 from coord.testing.pytest_plugin import fresh_namespace
+
+if TYPE_CHECKING:
+    import pytest
 
 
 def test_a_handlers_thread_is_on_no_event_loop() -> None:
@@ -107,3 +111,29 @@ def test_nothing_is_declared_on_trio() -> None:
         return declare_asyncio()
 
     assert anyio.run(main, backend="trio") is None
+
+
+def test_the_lookers_task_declares_asyncio(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The saving itself: the looker's reads run with asyncio declared (an empty
+    declare_asyncio would pass every test above)."""
+    from coord._jobs.stock import Stock
+
+    seen: list[object] = []
+    read = Stock.read
+
+    async def recording(self: Stock, session: object) -> object:
+        seen.append(sniffio.current_async_library_cvar.get())
+        return await read(self, session)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Stock, "read", recording)
+
+    async def main() -> None:
+        async with coord.connect(f"memory://{fresh_namespace()}") as client:
+            queue = client.queue("q")
+            await queue.put(b"x")
+            async with queue.claim():
+                pass
+
+    asyncio.run(main())
+    assert seen
+    assert set(seen) == {"asyncio"}
