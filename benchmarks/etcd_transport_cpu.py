@@ -49,9 +49,10 @@ async def _best(calls: int, rounds: int, deadline: float | None) -> float:
     async with anyio.create_task_group() as tg:
         channel = Channel("127.0.0.1", 1, spawn=tg.start_soon)
         try:
-            return await _rounds(channel, calls, rounds, deadline)
+            best = await _rounds(channel, calls, rounds, deadline)
         finally:
             channel.timers.close()
+    return best
 
 
 async def _rounds(channel: Channel, calls: int, rounds: int, deadline: float | None) -> float:
