@@ -67,8 +67,6 @@ FIRST_LOOK = 512
 # a job took 2.5 ms of etcd's CPU a job with 3,000 jobs queued; a claim, 0.25 ms).
 STOCK = 128
 STOCK_BYTES = 1 << 20
-# The lanes of this many lane keys are remembered (for the lookers known: see lane_of).
-_OWNERS_KEPT = 4 * FIRST_LOOK
 # ... and reads again after this many seconds whatever is left of it, so that no stock
 # outlives a queue emptied and refilled (a name made again may match an old version:
 # see coord.abc.Update).
@@ -77,6 +75,8 @@ STOCK_FOR = 0.5
 CONTENDED_FOR = 2.0
 # A looker whose claims were seen within this many seconds counts (see Stock.share).
 LOOKERS_FOR = 3.0
+# The lanes of this many lane keys are remembered (for the lookers known: see lane_of).
+_OWNERS_KEPT = 4 * FIRST_LOOK
 # The live claims are read at least this often (seconds) while jobs are claimable.
 CLAIMS_EVERY = 0.5
 
