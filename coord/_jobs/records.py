@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HEADER_ROOM",
+    "LOOKER_MARK",
     "MAX_ERROR_SIZE",
     "MAX_JOB_ID_LENGTH",
     "MAX_KEY_LENGTH",
@@ -49,10 +50,14 @@ __all__ = [
     "encode",
     "has_priority",
     "id_of",
+    "is_looker",
     "max_payload",
 ]
 
 _MAGIC = b"cq1"
+#: What the id of a looker's presence among the claims starts with (``N/_claims/@l<id>``,
+#: see ``Looker._announce``): no job's claim (those are ``@c<id>``).
+LOOKER_MARK = "@l"
 _LENGTH = struct.Struct(">I")
 MAX_KEY_LENGTH = 256
 #: The longest job id a put takes (``put(..., job_id=)``), in characters.
@@ -155,6 +160,11 @@ class State:
 def id_of(key: str) -> str:
     """The job id in an entry key ``.../@j<id>[-<sequence>]`` (also claims, ``@c``)."""
     return waiter_id_of(key)[2:].partition("-")[0]
+
+
+def is_looker(key: str) -> bool:
+    """Whether the entry *key* among a queue's claims is a looker's presence, not a claim."""
+    return waiter_id_of(key).startswith(LOOKER_MARK)
 
 
 def cut_error(error: str) -> str:

@@ -315,6 +315,20 @@ class Stock:
         elif conflicts * 2 > claims:
             self.picks = []
 
+    def learned(self, claims: Listing) -> None:
+        """The claims read again to learn who claims (not for which are live): a stock
+        cut to this looker's lane, while it contends, is cut again if the lookers
+        changed (a job's lane moves only to a looker it did not know). Not a
+        checkpoint."""
+        lookers = self._lookers
+        self._seen_lookers(claims)
+        if self._lookers != lookers and not self.uncontended() and not self.priorities:
+            self.picks = self._own_lane(self.picks)
+
+    def others(self) -> bool:
+        """Whether this looker saw other lookers claim lately."""
+        return len(self._lookers) > 1
+
     def uncontended(self) -> bool:
         """Whether this looker takes the oldest jobs, whoever's lane (no conflict within
         :data:`CONTENDED_FOR` seconds)."""

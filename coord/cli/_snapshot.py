@@ -160,7 +160,8 @@ async def _queue(client: coord.Client, name: str, revisions: dict[str, int]) -> 
         "parked": stats.parked,
         "dead": stats.dead,
         "idle_clients": len(idle.entries),
-        "claims": [_claim(entry) for entry in claims.entries],
+        # (Not the presence of lookers in contention: no job's claim.)
+        "claims": [_claim(e) for e in claims.entries if not _records.is_looker(e.key)],
     }
 
 

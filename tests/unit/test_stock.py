@@ -131,3 +131,31 @@ def test_a_share_stops_at_what_the_stock_keeps() -> None:
     everything = stock.share(picks)
     assert len(everything) > 200
     assert stock.share(picks, 128) == everything[:128]
+
+
+def test_a_stock_in_its_lane_is_cut_again_when_another_looker_is_learned() -> None:
+    """After a conflict a looker reads the claims again (Looker._contended): a looker it
+    did not know (made known by its presence) takes its lane's jobs out of the stock,
+    and only those; the jobs of its own lane stay, in their order."""
+    stock = _stock(2)  # itself and other0
+    stock.conflicted(1, 1)  # contended: the stock cut to its lane among the two
+    before = list(stock.picks)
+    everyone = sorted([*stock._lookers, "b" * 12])
+    stock.learned(_claims("other0", "b" * 12))
+    assert stock._lookers == everyone
+    mine = [p for p in before if p.entry and lane_of(p.entry.key, everyone) == stock.token]
+    assert stock.picks == mine
+    assert len(stock.picks) < len(before)
+    kept = list(stock.picks)
+    stock.learned(_claims("other0", "b" * 12))  # nobody new: nothing changes
+    assert stock.picks == kept
+
+
+def test_learning_the_lookers_uncontended_keeps_the_stock() -> None:
+    """Without a conflict lately a looker takes the oldest jobs, whoever's lane: what it
+    learns of the lookers changes nothing in its stock."""
+    stock = _stock(1)
+    before = list(stock.picks)
+    stock.learned(_claims("b" * 12))
+    assert stock.others()
+    assert stock.picks == before
