@@ -74,12 +74,15 @@ if TYPE_CHECKING:
     from .commit import Answer
     from .endings import RetryPolicy
 
-__all__ = ["IDLE_WATCHERS", "Looker", "looker_for"]
+__all__ = ["IDLE_WATCHERS", "STOPPED_FOR", "Looker", "looker_for"]
 
 _log = logging.getLogger("coord")
 
 #: Idle lookers that watch the queue at once: a put wakes these, and one of them may die.
 IDLE_WATCHERS = 2
+#: A looker made known to the others (see Looker._contended) with no worker waiting for
+#: this many seconds is known no more.
+STOPPED_FOR = 3.0
 _LOOKERS: weakref.WeakKeyDictionary[SessionSource, dict[str, Looker]] = weakref.WeakKeyDictionary()
 
 
@@ -139,6 +142,8 @@ class Looker:
         self._presence_on: Session | None = None
         self._presence: Entry | None = None
         self._announce_due = self._learn_due = self._learning = False
+        self._stopped_at = 0.0  # when the looker last ended with no worker waiting
+        self._stop_timer = False  # a check of _withdraw_if_stopped is due
 
     def __repr__(self) -> str:
         return f"<coord.Looker {self._name!r} waiting={len(self._waiters)}>"
@@ -225,6 +230,7 @@ class Looker:
             self._running = False
             if not self._waiters:
                 self._stock.forget_headers()
+                self._withdraw_if_stopped()
             await self._leave_idle()
             if self._waiters:  # came while it ended
                 self._start()
@@ -409,10 +415,10 @@ class Looker:
         lost nearly every claim for 300 ms, and read the head again after each (etcd,
         8 workers). So after a conflict it makes an entry among the claims that names
         it (``@l<id>``, on its lease, no job's claim), which every looker's next read of
-        the claims shows; it goes when the looker goes idle (see :meth:`_withdraw`), or
-        with the session. First it reads the claims itself, at once rather than at its
-        next read of the head, to learn of the others that came meanwhile (and makes
-        itself known only if there are others)."""
+        the claims shows; it goes when the looker goes idle (see :meth:`_withdraw`) or
+        stops (:meth:`_withdraw_if_stopped`), or with the session. First it reads the
+        claims itself, at once rather than at its next read of the head, to learn of the
+        others that came meanwhile (and makes itself known only if there are others)."""
         if session.lost or not session.running:
             return
         self._learn_due = True
@@ -438,8 +444,10 @@ class Looker:
                     # or the job was parked on its last attempt.)
                     self._announce_due = False
                     await self._announce(session)
-        except (BackendError, SessionExpiredError):  # (best effort: the next conflict)
+        except (BackendError, ClosedError, SessionExpiredError):  # (the next conflict)
             _log.debug("queue %r: this looker could not learn who claims", self._name)
+        except Exception:  # never into the session's task group
+            _log.exception("queue %r: this looker could not learn who claims", self._name)
         finally:
             self._learning = False
 
@@ -461,19 +469,51 @@ class Looker:
             )
         if entry is None:
             return
-        if self._presence_on is session:
+        if self._presence_on is session and self._presence is None:
             self._presence = entry
-        else:  # it went idle (or another session came) meanwhile
+            if not self._running and not self._waiters:  # (its workers claimed alone)
+                self._withdraw_if_stopped()
+        else:  # it went idle (or another session came, or another was made) meanwhile
             session.discard(entry)
 
     def _withdraw(self) -> None:
-        """This looker goes idle: its presence goes (an idle looker that others still
-        knew would keep a lane nobody claims from while they contend). Not a
+        """This looker goes idle, or stopped: its presence goes (a looker that others
+        still knew would keep a lane nobody claims from while they contend). Not a
         checkpoint."""
         session, entry = self._presence_on, self._presence
         self._presence_on = self._presence = None
+        self._announce_due = False
         if session is not None and entry is not None:
             session.discard(entry)
+
+    def _withdraw_if_stopped(self) -> None:
+        """Its looker ended with no worker waiting (all busy, or gone: a ``run()``
+        drained): its presence goes if none waits within :data:`STOPPED_FOR` seconds
+        of the last such end (``queue.run()``'s workers claim from the stock in their
+        own tasks, and its looker ends and starts again many times a second: one timer
+        at a time). Not a checkpoint."""
+        self._stopped_at = anyio.current_time()  # (the clock of call_after's delays)
+        session = self._presence_on
+        if session is None or self._stop_timer:
+            return
+
+        def check() -> None:
+            self._stop_timer = False
+            if self._presence_on is not session or self._running or self._waiters:
+                return
+            left = self._stopped_at + STOPPED_FOR - anyio.current_time()
+            if left > 0:  # it ran again meanwhile
+                arm(left)
+            else:
+                self._withdraw()
+
+        def arm(delay: float) -> None:
+            assert session is not None
+            with contextlib.suppress(ClosedError, SessionExpiredError):
+                session.call_after(delay, check)
+                self._stop_timer = True
+
+        arm(STOPPED_FOR)
 
     async def _own_claims_ended(self) -> None:
         """Wait until no worker claims in its own task (at once if none does)."""

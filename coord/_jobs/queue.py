@@ -6,7 +6,9 @@ Layout under the queue's name ``N``:
   its value is a small header (key, attempt, backoff, parked, current claim) and the
   payload (:mod:`coord._jobs.records`);
 * ``N/_claims/@c<id>``: one entry per claim, bound to the worker's lease, so that a dead
-  worker's claims go with its session and the jobs can be claimed again;
+  worker's claims go with its session and the jobs can be claimed again; beside them,
+  ``N/_claims/@l<id>`` names a client's looker while it contends with others (no job's
+  claim: :meth:`coord._jobs.looker.Looker._contended`);
 * ``N/_dead/@j<id>``: the dead-letter list (option ``on_exhausted="dead_letter"``);
 * ``N/_ids/@t<digest>``: a marker per job put with a ``job_id``, for ``dedupe_window``
   (:mod:`coord._jobs.put`);

@@ -15,6 +15,7 @@ import anyio
 import pytest
 
 import coord
+import coord._jobs.looker
 import coord._jobs.stock
 from coord._core.exceptions import ResyncNeeded
 from coord._jobs.looker import Looker
@@ -57,6 +58,32 @@ async def looker_of(client: coord.Client, job: coord.Job) -> str:
     raise AssertionError(f"no claim of {job.id}")
 
 
+async def made_known(a: coord.Client, b: coord.Client) -> str:
+    """B's looker is beaten to a job by A's: B is made known (and every job claim is
+    shown by ``coord status``, the presence none of them). Returns B's looker's token,
+    all claims released."""
+    qa, qb = a.queue(NAME), b.queue(NAME)
+    for payload in (b"j1", b"j2", b"j3"):
+        await qa.put(payload)
+    async with qb.claim() as first:  # B's looker reads j1-j3, hands j1, stocks j2, j3
+        assert first.payload == b"j1"
+        async with qa.claim() as taken:  # A reads: j1 is claimed, j2 is not
+            assert taken.payload == b"j2"
+            assert await lookers_named(a) == []  # nobody contended yet
+            async with qb.claim() as second:  # j2 from B's stock: A had it
+                assert second.payload == b"j3"
+                token_b = await looker_of(b, first)
+                assert await looker_of(b, second) == token_b
+                assert token_b != await looker_of(a, taken)
+                await until_lookers_named(a, [token_b])
+                shown = await _snapshot._queue(a, NAME, {})
+                assert sorted(c["job"] for c in shown["claims"]) == sorted(
+                    j.id for j in (first, taken, second)
+                )
+                assert shown["in_flight"] == 3
+    return token_b
+
+
 async def test_a_looker_beaten_to_a_job_is_made_known_until_it_goes_idle(
     clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -64,34 +91,30 @@ async def test_a_looker_beaten_to_a_job_is_made_known_until_it_goes_idle(
     # the machine: else it reads the head again and meets no conflict.
     monkeypatch.setattr(coord._jobs.stock, "STOCK_FOR", 60.0)
     a, b, _, _ = clients
-    qa, qb = a.queue(NAME), b.queue(NAME)
-    for payload in (b"j1", b"j2", b"j3"):
-        await qa.put(payload)
     with anyio.fail_after(20):
-        async with qb.claim() as first:  # B's looker reads j1-j3, hands j1, stocks j2, j3
-            assert first.payload == b"j1"
-            async with qa.claim() as taken:  # A reads: j1 is claimed, j2 is not
-                assert taken.payload == b"j2"
-                assert await lookers_named(a) == []  # nobody contended yet
-                async with qb.claim() as second:  # j2 from B's stock: A had it
-                    assert second.payload == b"j3"
-                    token_b = await looker_of(b, first)
-                    assert await looker_of(b, second) == token_b
-                    assert token_b != await looker_of(a, taken)
-                    await until_lookers_named(a, [token_b])
-                    # Every job claim is shown; the presence is none of them.
-                    shown = await _snapshot._queue(a, NAME, {})
-                    assert sorted(c["job"] for c in shown["claims"]) == sorted(
-                        j.id for j in (first, taken, second)
-                    )
-                    assert shown["in_flight"] == 3
+        await made_known(a, b)
         # B's worker waits for a job with the queue empty: its looker goes idle, and
         # its presence goes (an idle looker that others still knew would keep a lane).
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_claim_one, qb)
+            tg.start_soon(_claim_one, b.queue(NAME))
             await until_lookers_named(a, [])
             tg.cancel_scope.cancel()
-    assert [k for k in await _all_claims(a) if is_looker(k)] == []
+
+
+async def test_a_looker_made_known_that_stops_is_known_no_more(
+    clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No worker of B waits any more (its ``run()`` drained, say): B's presence goes
+    after STOPPED_FOR seconds, and not before (its workers may be back for a job)."""
+    monkeypatch.setattr(coord._jobs.stock, "STOCK_FOR", 60.0)
+    monkeypatch.setattr(coord._jobs.looker, "STOPPED_FOR", 0.5)
+    a, b, _, _ = clients
+    with anyio.fail_after(20):
+        token_b = await made_known(a, b)
+        assert await lookers_named(a) == [token_b]  # (within 0.5 s of B's last claim)
+        stopped = anyio.current_time()
+        await until_lookers_named(a, [])
+        assert anyio.current_time() - stopped > 0.3
 
 
 async def _claim_one(queue: coord.Queue) -> None:
