@@ -350,5 +350,8 @@ async def _then_cancel(wait: Awaitable[None], scope: anyio.CancelScope) -> None:
 async def _first(backend: Backend, prefix: str, revision: int, *, deletes_only: bool) -> None:
     async with backend.watch(prefix, revision=revision) as changes:
         async for change in changes:
-            if not deletes_only or change.kind is ChangeKind.DELETE:
-                return
+            if deletes_only and (
+                change.kind is not ChangeKind.DELETE or _records.is_looker(change.entry.key)
+            ):
+                continue  # (a looker's presence that goes frees no job)
+            return

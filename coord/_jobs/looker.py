@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Literal
 
+    from .._core.deferred import Start
     from .._locks.hold import Hold
     from .._sessions.session import Session, SessionSource
     from ..abc import Backend, Entry, Listing, Op
@@ -81,8 +82,10 @@ _log = logging.getLogger("coord")
 #: Idle lookers that watch the queue at once: a put wakes these, and one of them may die.
 IDLE_WATCHERS = 2
 #: A looker made known to the others (see Looker._contended) with no worker waiting for
-#: this many seconds is known no more.
-STOPPED_FOR = 3.0
+#: this many seconds is known no more (and the others forget it LOOKERS_FOR seconds
+#: later, as they do a looker whose claims they no longer see).
+STOPPED_FOR = 1.0
+_STOP_SLACK = 0.1
 _LOOKERS: weakref.WeakKeyDictionary[SessionSource, dict[str, Looker]] = weakref.WeakKeyDictionary()
 
 
@@ -143,7 +146,7 @@ class Looker:
         self._presence: Entry | None = None
         self._announce_due = self._learn_due = self._learning = False
         self._stopped_at = 0.0  # when the looker last ended with no worker waiting
-        self._stop_timer = False  # a check of _withdraw_if_stopped is due
+        self._stop_timer: Start | None = None  # a check of _withdraw_if_stopped, due
 
     def __repr__(self) -> str:
         return f"<coord.Looker {self._name!r} waiting={len(self._waiters)}>"
@@ -423,6 +426,7 @@ class Looker:
             return
         self._learn_due = True
         if self._presence_on is not session:
+            self._withdraw()  # (one made on a session lost since, if any)
             self._presence_on = session
             self._announce_due = True
         if self._learning:
@@ -483,35 +487,37 @@ class Looker:
         session, entry = self._presence_on, self._presence
         self._presence_on = self._presence = None
         self._announce_due = False
+        if self._stop_timer is not None:
+            self._stop_timer.cancel()
+            self._stop_timer = None
         if session is not None and entry is not None:
-            session.discard(entry)
+            session.discard(entry)  # (nothing if that session is lost: it went with it)
 
     def _withdraw_if_stopped(self) -> None:
         """Its looker ended with no worker waiting (all busy, or gone: a ``run()``
         drained): its presence goes if none waits within :data:`STOPPED_FOR` seconds
         of the last such end (``queue.run()``'s workers claim from the stock in their
         own tasks, and its looker ends and starts again many times a second: one timer
-        at a time). Not a checkpoint."""
+        at a time, on the presence's session). Not a checkpoint."""
         self._stopped_at = anyio.current_time()  # (the clock of call_after's delays)
         session = self._presence_on
-        if session is None or self._stop_timer:
+        if session is None or self._stop_timer is not None:
             return
 
         def check() -> None:
-            self._stop_timer = False
+            self._stop_timer = None
             if self._presence_on is not session or self._running or self._waiters:
                 return
             left = self._stopped_at + STOPPED_FOR - anyio.current_time()
-            if left > 0:  # it ran again meanwhile
+            if left > _STOP_SLACK:  # it ran again meanwhile
                 arm(left)
-            else:
+            else:  # (call_after may call a little early: not again and again at once)
                 self._withdraw()
 
         def arm(delay: float) -> None:
             assert session is not None
             with contextlib.suppress(ClosedError, SessionExpiredError):
-                session.call_after(delay, check)
-                self._stop_timer = True
+                self._stop_timer = session.call_after(delay, check)
 
         arm(STOPPED_FOR)
 

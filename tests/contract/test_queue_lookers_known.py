@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import uuid
 from typing import Any
 
 import anyio
@@ -18,9 +19,10 @@ import coord
 import coord._jobs.looker
 import coord._jobs.stock
 from coord._core.exceptions import ResyncNeeded
-from coord._jobs.looker import Looker
+from coord._jobs.claim import _first
+from coord._jobs.looker import Looker, looker_for
 from coord._jobs.records import is_looker
-from coord.abc import Update
+from coord.abc import Create, Entry, Remove, Update
 from coord.cli import _snapshot
 
 pytestmark = pytest.mark.anyio
@@ -90,9 +92,11 @@ async def test_a_looker_beaten_to_a_job_is_made_known_until_it_goes_idle(
     # B's stock must still be fresh when its second worker claims from it, however slow
     # the machine: else it reads the head again and meets no conflict.
     monkeypatch.setattr(coord._jobs.stock, "STOCK_FOR", 60.0)
+    monkeypatch.setattr(coord._jobs.looker, "STOPPED_FOR", 60.0)  # (not this way)
     a, b, _, _ = clients
     with anyio.fail_after(20):
-        await made_known(a, b)
+        token_b = await made_known(a, b)
+        assert await lookers_named(a) == [token_b]  # all B's claims ended: still known
         # B's worker waits for a job with the queue empty: its looker goes idle, and
         # its presence goes (an idle looker that others still knew would keep a lane).
         async with anyio.create_task_group() as tg:
@@ -105,16 +109,66 @@ async def test_a_looker_made_known_that_stops_is_known_no_more(
     clients: list[coord.Client], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No worker of B waits any more (its ``run()`` drained, say): B's presence goes
-    after STOPPED_FOR seconds, and not before (its workers may be back for a job)."""
+    STOPPED_FOR seconds after its looker last ended, and not before (its workers may be
+    back for a job)."""
     monkeypatch.setattr(coord._jobs.stock, "STOCK_FOR", 60.0)
-    monkeypatch.setattr(coord._jobs.looker, "STOPPED_FOR", 0.5)
+    monkeypatch.setattr(coord._jobs.looker, "STOPPED_FOR", 2.0)
     a, b, _, _ = clients
     with anyio.fail_after(20):
         token_b = await made_known(a, b)
-        assert await lookers_named(a) == [token_b]  # (within 0.5 s of B's last claim)
-        stopped = anyio.current_time()
+        assert await lookers_named(a) == [token_b]
         await until_lookers_named(a, [])
-        assert anyio.current_time() - stopped > 0.3
+        gone = anyio.current_time()
+    stopped = looker_for(b._source, NAME)._stopped_at  # (its last end: in its clock)
+    assert gone - stopped > 2.0 - 0.1  # (a timer may fire up to 0.05 s early)
+
+
+async def test_a_presence_that_goes_wakes_no_idle_looker(clients: list[coord.Client]) -> None:
+    """Idle lookers watch the claims for deletions (an ended claim may free a job); a
+    presence that goes frees none, and wakes none of them (on etcd each wake is a read
+    of the head, which costs the store the whole queue)."""
+    a = clients[0]
+    backend, prefix = a.backend, f"{NAME}/_claims/"
+    for _ in range(3):
+        presence, claim = await _made(a, "@l", "@c")
+        after = await backend.entries(prefix)
+        woke = anyio.Event()
+        outcome: list[str] = []
+
+        async def watcher(revision: int, woke: anyio.Event, outcome: list[str]) -> None:
+            try:
+                await _first(backend, prefix, revision, deletes_only=True)
+                outcome.append("woken")
+            except ResyncNeeded:  # (ZooKeeper, armed after a change: no history)
+                outcome.append("resync")
+            woke.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watcher, after.revision, woke, outcome)
+            await anyio.sleep(0.3)  # the watch armed (on ZooKeeper: its listing answered)
+            assert await backend.transact([Remove(presence)]) is not None
+            with anyio.move_on_after(0.5):
+                await woke.wait()
+            if outcome == ["resync"]:
+                assert await backend.transact([Remove(claim)]) is not None
+                continue  # armed too late to tell: again
+            assert outcome == [], "woken by the presence's deletion"
+            assert await backend.transact([Remove(claim)]) is not None
+            with anyio.fail_after(10):  # (a claim's deletion does wake it)
+                await woke.wait()
+            assert outcome == ["woken"]
+        return
+    pytest.fail("the watch was armed too late three times")
+
+
+async def _made(client: coord.Client, *marks: str) -> list[Entry]:
+    session = await client._source.live()
+    ops = [
+        Create(f"{NAME}/_claims/", f"{m}{uuid.uuid4().hex}", b"{}", session.lease) for m in marks
+    ]
+    done = await client.backend.transact(ops)
+    assert done is not None
+    return [e for e in done if e is not None]
 
 
 async def _claim_one(queue: coord.Queue) -> None:
