@@ -85,6 +85,8 @@ IDLE_WATCHERS = 2
 #: this many seconds is known no more (and the others forget it LOOKERS_FOR seconds
 #: later, as they do a looker whose claims they no longer see).
 STOPPED_FOR = 1.0
+# A stop check that finds less than this left withdraws (call_after may call up to 50 ms
+# early: a check armed again for what is left would run again at once).
 _STOP_SLACK = 0.1
 _LOOKERS: weakref.WeakKeyDictionary[SessionSource, dict[str, Looker]] = weakref.WeakKeyDictionary()
 
@@ -499,9 +501,11 @@ class Looker:
         of the last such end (``queue.run()``'s workers claim from the stock in their
         own tasks, and its looker ends and starts again many times a second: one timer
         at a time, on the presence's session). Not a checkpoint."""
-        self._stopped_at = anyio.current_time()  # (the clock of call_after's delays)
         session = self._presence_on
-        if session is None or self._stop_timer is not None:
+        if session is None:  # (no presence: nothing to time, and no clock read)
+            return
+        self._stopped_at = anyio.current_time()  # (the clock of call_after's delays)
+        if self._stop_timer is not None:
             return
 
         def check() -> None:
@@ -511,7 +515,7 @@ class Looker:
             left = self._stopped_at + STOPPED_FOR - anyio.current_time()
             if left > _STOP_SLACK:  # it ran again meanwhile
                 arm(left)
-            else:  # (call_after may call a little early: not again and again at once)
+            else:
                 self._withdraw()
 
         def arm(delay: float) -> None:
