@@ -7,13 +7,14 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .._core import keys as _keys
-from .._core.exceptions import ResyncNeeded
+from .._core import retry as _retry
+from .._core.exceptions import BackendUnavailable, ResyncNeeded
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
 
     from .._client import Client
-    from ..abc import Backend, Change
+    from ..abc import Backend, Change, Listing
 
 __all__ = [
     "compact",
@@ -65,12 +66,15 @@ async def server_wakeups(client: Client) -> int:
 
 async def wait_for_waiters(client: Client, name: str, count: int) -> None:
     """Return once the lock *name* has at least *count* registered entries (holder
-    included). Watches the prefix; never polls."""
+    included). Watches the prefix; never polls. A listing the store does not answer
+    (:exc:`coord.BackendUnavailable`: a store slowed by a burst, or restarting) is made
+    again after a backoff: bound the wait with a timeout of your own."""
     await _wait_for_queue(client, name, lambda n: n >= count)
 
 
 async def wait_for_no_waiters(client: Client, name: str) -> None:
-    """Return once the lock *name* has no entry at all (nobody holds or waits)."""
+    """Return once the lock *name* has no entry at all (nobody holds or waits); as
+    :func:`wait_for_waiters` does."""
     await _wait_for_queue(client, name, lambda n: n == 0)
 
 
@@ -84,7 +88,7 @@ async def _wait_for_queue(client: Client, name: str, done: Callable[[int], bool]
     backend = client.backend
     prefix = _keys.check_name(name, internal=True) + "/"  # a recipe's own lock too
     while True:
-        listing = await backend.entries(prefix)
+        listing = await _listing(backend, prefix)
         if done(len(listing.entries)):
             return
         try:
@@ -92,6 +96,19 @@ async def _wait_for_queue(client: Client, name: str, done: Callable[[int], bool]
             return
         except ResyncNeeded:
             continue  # the store could not say what changed: list again
+
+
+async def _listing(backend: Backend, prefix: str) -> Listing:
+    """The entries under *prefix*, listed again after a backoff while the store does not
+    answer (a listing of thousands of waiters on a loaded machine can take longer than
+    the session timeout that bounds each read: seen on ZooKeeper, with 6 test workers on
+    2 cores, in ``tests/contract/test_burst.py``)."""
+    for attempt in _retry.attempts():
+        try:
+            return await backend.entries(prefix)
+        except BackendUnavailable:
+            await _retry.backoff(attempt)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 async def _watch_until(
@@ -115,7 +132,7 @@ async def _watch_until(
             while True:
                 await changed.wait()
                 changed = anyio.Event()
-                if resync is not None or done(len((await backend.entries(prefix)).entries)):
+                if resync is not None or done(len((await _listing(backend, prefix)).entries)):
                     tg.cancel_scope.cancel()
                     break
     if resync is not None:
