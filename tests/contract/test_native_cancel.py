@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from typing import Any
 
 import anyio
@@ -478,6 +479,65 @@ async def test_task_cancel_of_run_after_a_short_grace_releases_the_jobs(
         for _ in range(2):  # another client claims them, no attempt counted
             async with c.queue("native-run2").claim() as job:
                 assert (job.id in started, job.attempt) == (True, 0)
+
+
+@pytest.mark.parametrize("when", ["at its next await", "as it returns"])
+async def test_a_handler_that_cancels_its_own_task_fails_its_attempt_and_the_loop_goes_on(
+    clients: list[coord.Client], caplog: pytest.LogCaptureFixture, when: str
+) -> None:
+    """A worker's task is the one a native cancellation reaches only from its handler.
+    Such a cancellation ended the worker, and with it run(), which returned its counts
+    as if drained, no error and no signal: every later job waited. It is the handler's
+    failure now: its job parks after its attempts (given back with no attempt counted,
+    a job whose handler always does so would be claimed for ever), and the one worker
+    goes on to the next jobs."""
+    caplog.set_level(logging.INFO, logger="coord")
+    a, b, _, _ = clients
+    producer = a.queue("native-self")
+    await producer.put(b"self", key="k")
+    attempts: list[int] = []
+    acked: list[bytes] = []
+    all_acked = anyio.Event()
+
+    async def handler(job: coord.Job) -> None:
+        if job.payload == b"self":
+            attempts.append(job.attempt)
+            task = asyncio.current_task()
+            assert task is not None
+            task.cancel()
+            if when == "at its next await":
+                await asyncio.sleep(0)
+            return
+        acked.append(job.payload)
+        if len(acked) == 3:
+            all_acked.set()
+
+    for n in range(3):  # after it: the one worker claims them once it parked
+        await producer.put(b"%d" % n)
+    queue = b.queue("native-self", max_attempts=2, retry_delay=0)
+    run = asyncio.create_task(queue.run(handler, concurrency=1, grace=5, signals=()))
+    acking = asyncio.create_task(all_acked.wait())
+    with anyio.fail_after(15):
+        await asyncio.wait({run, acking}, return_when=asyncio.FIRST_COMPLETED)
+        acking.cancel()
+        assert not run.done(), "run() ended"
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+    assert attempts == [0, 1]
+    assert acked == [b"0", b"1", b"2"]
+    stats = await producer.stats()
+    assert (stats.depth, stats.parked, stats.in_flight) == (1, 1, 0)
+    failed = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "coord" and "cancelled its own task" in r.getMessage()
+    ]
+    assert len(failed) == 2, failed
+    assert failed[0].endswith("; retried after 0s")
+    assert failed[1].endswith("; parked")
+    ended = [r.getMessage() for r in caplog.records if "drained in" in r.getMessage()]
+    assert ended[-1].endswith("3 acked, 2 failed, 0 lost, 0 released"), ended
 
 
 async def test_a_natively_cancelled_put_many_leaves_nothing_queued(
