@@ -330,8 +330,9 @@ class Queue:
         ``job.defer()``. A handler's exception never ends the loop: it is logged
         (logger ``coord``, WARNING with its traceback, the job's id and attempt and
         what became of the job), and so is a lost claim (:exc:`coord.ClaimLost`). A
-        handler that cancels its own task (asyncio's ``current_task().cancel()``) fails
-        its attempt the same way (a RuntimeError saying so), and its worker goes on.
+        handler cancelled natively and not by coord (asyncio: its task cancelled itself,
+        or it awaited a cancelled task) fails its attempt the same way (a RuntimeError
+        saying so), and its worker goes on.
 
         A worker acks its job and claims its next one in one transaction when it can
         (the claim fails alone if another worker had that job first, and the ack then

@@ -4,12 +4,11 @@
 so the claim's own endings hold: a normal return acks, an exception retries, parks or
 dead-letters as the queue is configured, :meth:`coord.Job.defer` gives the job back, and
 a lost claim raises :exc:`coord.ClaimLost`, which is logged. No handler's failure ends
-the loop, not even a handler's cancellation of its own task (asyncio's
-``current_task().cancel()``, the one native cancellation that reaches a worker): that
-fails its attempt (:meth:`_Workers._run`). A worker that acks claims its next job in the
-same transaction when its client's looker has one in stock
-(:func:`coord._jobs.claim.claim_with`): one request a job instead of two; the job is
-carried to the worker's next claim (:class:`Carry`).
+the loop, nor does a handler's native cancellation (asyncio's ``task.cancel()`` of its
+own task, :mod:`coord._core.own_cancel`): that fails its attempt (:meth:`_Workers._run`).
+A worker that acks claims its next job in the same transaction when its client's looker
+has one in stock (:func:`coord._jobs.claim.claim_with`): one request a job instead of
+two; the job is carried to the worker's next claim (:class:`Carry`).
 
 **The drain.** On cancellation of ``run()`` or one of its signals the loop stops
 claiming at once (a worker waiting for a job stops waiting: the looker hands a job it
@@ -31,10 +30,12 @@ import signal
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 import anyio
 
+from .._core import own_cancel
 from .._core import retry as _retry
 from .._core.background import declare_asyncio, undeclared
 from .._core.checks import check_int, check_seconds
@@ -177,7 +178,6 @@ class _Workers:
         self.ended = anyio.Event()  # every worker has ended
         self.wake = anyio.Event()  # ended, or a signal came
         self.error: BaseException | None = None
-        self._group: anyio.CancelScope | None = None  # the workers' task group's scope
 
     async def host(self) -> None:
         """Run the workers until they end, shielded from the caller's scopes (only
@@ -186,7 +186,6 @@ class _Workers:
         try:
             with anyio.CancelScope(shield=True):
                 async with anyio.create_task_group() as tg:
-                    self._group = tg.cancel_scope
                     for slot in self._slots:
                         tg.start_soon(self._work, slot)
         except BaseExceptionGroup as group:
@@ -217,9 +216,27 @@ class _Workers:
         slot.declared = declare_asyncio()  # (the handler runs undeclared)
         try:
             while not self.why:
-                await self._one(slot)
+                try:
+                    await self._one(slot)
+                except asyncio.CancelledError:
+                    if own_cancel.by_scope():
+                        raise
+                    await self._escaped()
         finally:
             await slot.carry.give_back()  # claimed with the last ack: the workers stopped
+
+    async def _escaped(self) -> None:
+        """A handler's cancellation of its own task got past its claim block (it caught
+        it and was then cut short by coord: a cancel scope does not take a cancellation
+        it did not make, see :mod:`coord._core.own_cancel`): that block gave its job
+        back as it was. Withdrawn, so that the worker goes on."""
+        await own_cancel.withdraw()
+        self._count("released")
+        _log.warning(
+            "queue %r: a handler's cancellation of its own task ended its claim block: "
+            "its job was given back as it was, for another worker",
+            self.name,
+        )
 
     async def _one(self, slot: _Slot) -> None:
         """Claim one job and run the handler on it; count and log how it ended."""
@@ -272,52 +289,12 @@ class _Workers:
     async def _run(self, slot: _Slot, job: Job) -> None:
         try:
             with undeclared(slot.declared):
-                await self._handler(job)
+                # (Coord's cancellations, of the drain, a lost claim or the job's
+                # timeout, are its scopes'; one of the handler's own is its failure.)
+                await own_cancel.as_failure(partial(self._handler, job), partial(_cancelled, job))
         except Exception as exc:
             slot.raised = exc
             raise
-        except asyncio.CancelledError as exc:
-            if self._by_coord(slot, job):
-                raise
-            # A native cancellation of the worker's own task, which only the handler can
-            # reach (see the module docstring): the handler's failure, not the loop's
-            # end, which would stop every worker (run() returned as if drained).
-            raise self._cancelled_itself(slot, job) from exc
-        task = _asyncio_task()
-        if task is not None and task.cancelling() and not self._by_coord(slot, job):
-            # It returned with its own cancellation still to come (at the ack's first
-            # await, which would end this worker): taken here, as its failure.
-            try:
-                await asyncio.sleep(0)
-            except asyncio.CancelledError as exc:
-                if self._by_coord(slot, job):
-                    raise
-                raise self._cancelled_itself(slot, job) from exc
-            raise self._cancelled_itself(slot, job)
-
-    def _by_coord(self, slot: _Slot, job: Job) -> bool:
-        """Whether a cancellation in a handler is coord's: the drain's (the worker's
-        scope), the claim's loss or the job's timeout (the claim body's scope), or the
-        workers' task group ending."""
-        scopes = (slot.scope, job._hold._scope, self._group)
-        return any(scope is not None and scope.cancel_called for scope in scopes)
-
-    def _cancelled_itself(self, slot: _Slot, job: Job) -> RuntimeError:
-        """The error that a handler's native cancellation of its own task becomes: its
-        attempt fails, and its job is retried, parked or dead-lettered as the queue is
-        configured (given back as it was, no attempt counted, a job whose handler always
-        does so would be claimed again for ever). The task's cancellation is withdrawn,
-        so that the worker goes on."""
-        task = _asyncio_task()
-        if task is not None:
-            while task.cancelling():
-                task.uncancel()
-        error = RuntimeError(
-            f"the handler of job {job.id} cancelled its own task (a native asyncio "
-            "cancellation, not a drain's, a lost claim's or the job's timeout)"
-        )
-        slot.raised = error
-        return error
 
     def _failed(self, job: Job, exc: Exception, own: bool) -> None:
         """Count and log an exception from the claim block, with what became of its
@@ -418,12 +395,14 @@ async def _follow(received: AsyncIterator[signal.Signals], workers: _Workers) ->
             workers.hurry()
 
 
-def _asyncio_task() -> asyncio.Task[object] | None:
-    """The asyncio task running this, or None (on trio, which has no native cancellation)."""
-    try:
-        return asyncio.current_task()
-    except RuntimeError:  # no asyncio event loop runs
-        return None
+def _cancelled(job: Job) -> RuntimeError:
+    """What a handler's native cancellation becomes (:mod:`coord._core.own_cancel`): its
+    failure, so that its attempt counts (the job retried, parked or dead-lettered as the
+    queue is configured)."""
+    return RuntimeError(
+        f"the handler of job {job.id} was cancelled, and not by coord (asyncio: its task "
+        "cancelled itself, or it awaited a task that was cancelled)"
+    )
 
 
 @contextlib.contextmanager

@@ -20,11 +20,13 @@ make two owners. Why a coordinator, and why safety does not rest on it:
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import TYPE_CHECKING, NoReturn
 
 import anyio
 
 from .._core import keys as _keys
+from .._core import own_cancel
 from .._core.checks import check_supervisor
 from .._core.exceptions import ConfigurationError, MembershipLost, PartitionLost
 from .assignment import check_partitions, partition_of
@@ -170,7 +172,8 @@ class Partitioner:
         is taken away or lost (that is logged, not raised). A *work* that returns leaves
         its partition owned but idle. After the membership is lost, waits *cooldown*
         seconds and joins again. An exception from *work* ends the membership and
-        propagates.
+        propagates; so does a native cancellation of its own task (asyncio's
+        ``task.cancel()``), as a RuntimeError that says so.
 
         :raises TypeError: if *work* is not callable, *value* not bytes or *cooldown* not
             a number (at the call)
@@ -188,13 +191,22 @@ class Partitioner:
             await anyio.sleep(cooldown)
 
 
+def _cancelled(partition: int) -> RuntimeError:
+    return RuntimeError(
+        f"the work on partition {partition} was cancelled, and not by coord or the caller "
+        "(asyncio: its task cancelled itself, or it awaited a task that was cancelled)"
+    )
+
+
 async def _serve(owner: Owner, work: Callable[[PartitionHold], Awaitable[object]]) -> None:
     """Run *work* in a task per partition as *owner* owns them."""
 
     async def one(partition: int, fence: int) -> None:
         try:
             async with owner.partition(partition) as hold:
-                await work(hold)
+                # (Its native cancellation of its own is its exception; a scope's, coord's
+                # or the caller's, is itself: see coord._core.own_cancel.)
+                await own_cancel.as_failure(partial(work, hold), partial(_cancelled, partition))
                 await anyio.sleep_forever()  # owned, idle: not started again
         except PartitionLost as exc:
             _log.info("%s", exc)

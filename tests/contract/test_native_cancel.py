@@ -481,6 +481,29 @@ async def test_task_cancel_of_run_after_a_short_grace_releases_the_jobs(
                 assert (job.id in started, job.attempt) == (True, 0)
 
 
+async def _cancel_own_task(when: str) -> None:
+    """Cancel the running task natively: the cancellation lands at the next await ("at
+    its next await"), or is left to come after the caller returns ("as it returns")."""
+    task = asyncio.current_task()
+    assert task is not None
+    task.cancel()
+    if when == "at its next await":
+        await asyncio.sleep(0)
+
+
+async def _run_until_acked(queue: coord.Queue, handler: Any, acked: anyio.Event) -> None:
+    """Run *queue* with one worker until *acked* is set; fail if run() ends first."""
+    run = asyncio.create_task(queue.run(handler, concurrency=1, grace=5, signals=()))
+    acking = asyncio.create_task(acked.wait())
+    with anyio.fail_after(15):
+        await asyncio.wait({run, acking}, return_when=asyncio.FIRST_COMPLETED)
+        acking.cancel()
+        assert not run.done(), "run() ended"
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+
+
 @pytest.mark.parametrize("when", ["at its next await", "as it returns"])
 async def test_a_handler_that_cancels_its_own_task_fails_its_attempt_and_the_loop_goes_on(
     clients: list[coord.Client], caplog: pytest.LogCaptureFixture, when: str
@@ -502,11 +525,7 @@ async def test_a_handler_that_cancels_its_own_task_fails_its_attempt_and_the_loo
     async def handler(job: coord.Job) -> None:
         if job.payload == b"self":
             attempts.append(job.attempt)
-            task = asyncio.current_task()
-            assert task is not None
-            task.cancel()
-            if when == "at its next await":
-                await asyncio.sleep(0)
+            await _cancel_own_task(when)
             return
         acked.append(job.payload)
         if len(acked) == 3:
@@ -515,15 +534,7 @@ async def test_a_handler_that_cancels_its_own_task_fails_its_attempt_and_the_loo
     for n in range(3):  # after it: the one worker claims them once it parked
         await producer.put(b"%d" % n)
     queue = b.queue("native-self", max_attempts=2, retry_delay=0)
-    run = asyncio.create_task(queue.run(handler, concurrency=1, grace=5, signals=()))
-    acking = asyncio.create_task(all_acked.wait())
-    with anyio.fail_after(15):
-        await asyncio.wait({run, acking}, return_when=asyncio.FIRST_COMPLETED)
-        acking.cancel()
-        assert not run.done(), "run() ended"
-        run.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await run
+    await _run_until_acked(queue, handler, all_acked)
     assert attempts == [0, 1]
     assert acked == [b"0", b"1", b"2"]
     stats = await producer.stats()
@@ -531,13 +542,119 @@ async def test_a_handler_that_cancels_its_own_task_fails_its_attempt_and_the_loo
     failed = [
         r.getMessage()
         for r in caplog.records
-        if r.name == "coord" and "cancelled its own task" in r.getMessage()
+        if r.name == "coord" and "and not by coord" in r.getMessage()
     ]
     assert len(failed) == 2, failed
     assert failed[0].endswith("; retried after 0s")
     assert failed[1].endswith("; parked")
     ended = [r.getMessage() for r in caplog.records if "drained in" in r.getMessage()]
     assert ended[-1].endswith("3 acked, 2 failed, 0 lost, 0 released"), ended
+
+
+async def test_a_handler_that_takes_its_own_cancellation_and_returns_is_acked(
+    clients: list[coord.Client],
+) -> None:
+    """A cancellation the handler cancelled and caught itself is its own business: its
+    job is acked, and the worker's next handler starts with no cancellation pending."""
+    a, b, _, _ = clients
+    for payload in (b"self", b"next"):
+        await a.queue("native-caught").put(payload)
+    seen: list[tuple[bytes, int]] = []
+    done = anyio.Event()
+
+    async def handler(job: coord.Job) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        seen.append((job.payload, task.cancelling()))
+        if job.payload == b"self":
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(1)
+        else:
+            await asyncio.sleep(0.01)  # (a cancellation still pending would land here)
+            done.set()
+
+    await _run_until_acked(b.queue("native-caught"), handler, done)
+    assert seen == [(b"self", 0), (b"next", 0)]
+    assert (await a.queue("native-caught").stats()).depth == 0
+
+
+async def test_a_handler_own_cancellation_that_gets_past_its_claim_block_ends_no_worker(
+    clients: list[coord.Client], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A handler that takes its own cancellation and is then cut short by the job's
+    timeout: the timeout's scope does not take a cancellation it did not make, so it
+    gets past the claim block, which gives the job back. The worker goes on (with a
+    warning), and claims the next job."""
+    caplog.set_level(logging.WARNING, logger="coord")
+    a, b, _, _ = clients
+    await a.queue("native-escape").put(b"self")
+    await a.queue("native-escape").put(b"next")
+    done = anyio.Event()
+
+    async def handler(job: coord.Job) -> None:
+        if job.payload == b"self" and not caplog.records:
+            task = asyncio.current_task()
+            assert task is not None
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(1)
+            await asyncio.sleep(1)  # the job's timeout (0.2 s) cancels this
+        elif job.payload == b"next":
+            done.set()
+
+    await _run_until_acked(b.queue("native-escape", timeout=0.2), handler, done)
+    escaped = [r.getMessage() for r in caplog.records if "ended its claim block" in r.getMessage()]
+    assert len(escaped) == 1, [r.getMessage() for r in caplog.records]
+
+
+@pytest.mark.parametrize("when", ["at its next await", "as it returns"])
+async def test_partition_work_that_cancels_its_own_task_ends_the_run_with_an_error(
+    clients: list[coord.Client], when: str
+) -> None:
+    """A partitioner's work runs in a task per partition that only it can cancel
+    natively. Let through, that cancellation cancelled the work on every other partition
+    and ended the membership, with nothing raised or logged; then run() joined again,
+    for ever if the work always did so. It is the work's exception now, which ends the
+    membership and propagates, as run() says of an exception."""
+    a, b, _, _ = clients
+    started: list[int] = []
+
+    async def work(hold: coord.PartitionHold) -> None:
+        started.append(hold.partition)
+        if hold.partition == 0:
+            await _cancel_own_task(when)
+            return
+        await anyio.sleep_forever()
+
+    partitioner = a.partitioner("native-parts", partitions=2)
+    with anyio.fail_after(10), pytest.raises(RuntimeError, match="partition 0 was cancelled"):
+        await partitioner.run(work, cooldown=0)
+    assert 0 in started
+    assert await b.partitioner("native-parts", partitions=2).members() == []
+
+
+async def test_a_native_cancel_of_a_partitioners_run_is_a_cancellation(
+    clients: list[coord.Client],
+) -> None:
+    """The caller's own ``task.cancel()`` of run() reaches the work through run()'s scopes:
+    a cancellation, not the work's failure."""
+    a = clients[0]
+    both = anyio.Event()
+    started: list[int] = []
+
+    async def work(hold: coord.PartitionHold) -> None:
+        started.append(hold.partition)
+        if len(started) == 2:
+            both.set()
+        await anyio.sleep_forever()
+
+    run = asyncio.create_task(a.partitioner("native-parts-run", partitions=2).run(work))
+    with anyio.fail_after(10):
+        await both.wait()
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
 
 
 async def test_a_natively_cancelled_put_many_leaves_nothing_queued(
