@@ -5,9 +5,10 @@ Such a task runs the user's code inside coord's own anyio scopes, and no one out
 holds it, so a native cancellation there comes from the user's code (its
 ``asyncio.current_task().cancel()``, or a ``CancelledError`` it raised or let through
 from a task it awaited), never from coord, whose cancellations are its scopes'. Let
-through, it would end coord's task: the loop would stop with no error. The loops turn it
-into the user code's failure instead (:func:`withdraw` first), and told apart from a
-scope's by :func:`by_scope`. Inert on trio, which has no native cancellation.
+through, it would end coord's task: the loop would stop with no error. So the loops
+tell it from a scope's (:func:`by_scope`), withdraw it (:func:`withdraw`) and raise the
+user code's failure instead (:func:`as_failure`). Inert on trio, which has no native
+cancellation.
 """
 
 from __future__ import annotations
