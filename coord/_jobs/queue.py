@@ -22,6 +22,7 @@ worker whose claim was lost or taken over can never ack or nack the job.
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import uuid
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, TypeVar
 import anyio
 
 from .._core import keys as _keys
+from .._core import own_cancel
 from .._core.checks import (
     check_bool,
     check_duration,
@@ -570,6 +572,20 @@ class Claiming:
         hold = job._hold
         scope = hold._scope
         swallowed = hold._exit_body(exc_type, exc_val, exc_tb)
+        if (
+            not swallowed
+            and self._carry is not None
+            and isinstance(exc_val, asyncio.CancelledError)
+            and scope is not None
+            and scope.cancel_called
+            and not own_cancel.by_scope()
+        ):
+            # run()'s handler took a cancellation of its own task and was then cut short
+            # by this scope, which does not take a cancellation it did not make: both
+            # are withdrawn, and the scope's is told (no other native cancellation
+            # reaches a worker of run(): see coord._core.own_cancel).
+            await own_cancel.withdraw()
+            swallowed = True
         # The body's scope swallowed its own cancellation: the claim's loss (ClaimLost,
         # from end_claim), or else its deadline, the job's timeout.
         timed_out = (

@@ -226,10 +226,11 @@ class _Workers:
             await slot.carry.give_back()  # claimed with the last ack: the workers stopped
 
     async def _escaped(self) -> None:
-        """A handler's cancellation of its own task got past its claim block (it caught
-        it and was then cut short by coord: a cancel scope does not take a cancellation
-        it did not make, see :mod:`coord._core.own_cancel`): that block gave its job
-        back as it was. Withdrawn, so that the worker goes on."""
+        """A handler's cancellation of its own task got past its claim block: it took
+        that cancellation, and was then cut short by the drain, whose scope does not
+        take a cancellation it did not make (the claim's own scope, of its loss and the
+        job's timeout, tells its own: ``Claiming.__aexit__``). That block gave its job
+        back as it was. Withdrawn, so that the worker ends as the drain wants."""
         await own_cancel.withdraw()
         self._count("released")
         _log.warning(

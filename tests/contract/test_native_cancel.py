@@ -579,36 +579,76 @@ async def test_a_handler_that_takes_its_own_cancellation_and_returns_is_acked(
     assert (await a.queue("native-caught").stats()).depth == 0
 
 
-async def test_a_handler_own_cancellation_that_gets_past_its_claim_block_ends_no_worker(
+async def _take_own_cancellation() -> None:
+    """Cancel the running task natively, and take that cancellation (a handler's own
+    business), leaving its request counted on the task (asyncio's ``cancelling()``)."""
+    task = asyncio.current_task()
+    assert task is not None
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.sleep(1)
+
+
+async def test_a_handler_that_took_its_own_cancellation_still_times_out(
     clients: list[coord.Client], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A handler that takes its own cancellation and is then cut short by the job's
-    timeout: the timeout's scope does not take a cancellation it did not make, so it
-    gets past the claim block, which gives the job back. The worker goes on (with a
-    warning), and claims the next job."""
+    """A handler that took a cancellation of its own and then runs past the job's
+    timeout: the timeout's scope does not take a cancellation it did not make (its
+    request is still counted on the task), and let through, it gave the job back with no
+    attempt counted, to be claimed again for ever. The timeout is told: the attempt
+    fails with JobTimeout, and the worker goes on."""
     caplog.set_level(logging.WARNING, logger="coord")
     a, b, _, _ = clients
-    await a.queue("native-escape").put(b"self")
-    await a.queue("native-escape").put(b"next")
+    await a.queue("native-late").put(b"self")
+    await a.queue("native-late").put(b"next")
     done = anyio.Event()
-    first = True
+    calls: list[tuple[bytes, int]] = []
 
     async def handler(job: coord.Job) -> None:
-        nonlocal first
-        if job.payload == b"self" and first:
-            first = False
-            task = asyncio.current_task()
-            assert task is not None
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.sleep(1)
+        calls.append((job.payload, job.attempt))
+        if job.payload == b"self" and job.attempt == 0:
+            await _take_own_cancellation()
             await asyncio.sleep(1)  # the job's timeout (0.2 s) cancels this
         elif job.payload == b"next":
             done.set()
 
-    await _run_until_acked(b.queue("native-escape", timeout=0.2), handler, done)
-    escaped = [r.getMessage() for r in caplog.records if "ended its claim block" in r.getMessage()]
-    assert len(escaped) == 1, [r.getMessage() for r in caplog.records]
+    await _run_until_acked(b.queue("native-late", timeout=0.2, retry_delay=0), handler, done)
+    assert calls[0] == (b"self", 0)
+    timed_out = [r.getMessage() for r in caplog.records if "JobTimeout" in r.getMessage()]
+    assert len(timed_out) == 1, [r.getMessage() for r in caplog.records]
+    assert "(attempt 1 of 5)" in timed_out[0]
+
+
+async def test_a_handler_that_took_its_own_cancellation_is_released_at_the_drain(
+    clients: list[coord.Client], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same handler still running when the drain's grace ends: the drain's scope
+    does not take it either, and let through, it ended the worker uncounted. Its job is
+    given back as it was and counted as released, with a warning."""
+    caplog.set_level(logging.INFO, logger="coord")
+    a, b, _, _ = clients
+    await a.queue("native-drain").put(b"self")
+    running = anyio.Event()
+
+    async def handler(job: coord.Job) -> None:
+        await _take_own_cancellation()
+        running.set()
+        await asyncio.sleep(60)
+
+    run = asyncio.create_task(
+        b.queue("native-drain").run(handler, concurrency=1, grace=0.1, signals=())
+    )
+    with anyio.fail_after(15):
+        await running.wait()
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("ended its claim block" in m for m in messages), messages
+    ended = [m for m in messages if "drained in" in m]
+    assert ended[-1].endswith("0 acked, 0 failed, 0 lost, 1 released"), ended
+    async with a.queue("native-drain").claim() as job:  # given back as it was
+        assert (job.payload, job.attempt) == (b"self", 0)
 
 
 @pytest.mark.parametrize("when", ["at its next await", "as it returns"])
