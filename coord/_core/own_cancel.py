@@ -7,8 +7,12 @@ holds it, so a native cancellation there comes from the user's code (its
 from a task it awaited), never from coord, whose cancellations are its scopes'. Let
 through, it would end coord's task: the loop would stop with no error. So the loops
 tell it from a scope's (:func:`by_scope`), withdraw it (:func:`withdraw`) and raise the
-user code's failure instead (:func:`as_failure`). Inert on trio, which has no native
-cancellation.
+user code's failure instead (:func:`as_failure`). One the user code took itself still
+counts on the task, and a cancel scope of coord's that cuts it short later does not take
+that scope's own cancellation then: ``queue.run()``'s claim block withdraws both and
+tells its scope's (``Claiming.__aexit__``: the job's timeout, the claim's loss), and at
+the drain the job is given back as it was (``_Workers._escaped``). Inert on trio, which
+has no native cancellation.
 """
 
 from __future__ import annotations

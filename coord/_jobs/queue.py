@@ -583,8 +583,10 @@ class Claiming:
             # run()'s handler took a cancellation of its own task and was then cut short
             # by this scope, which does not take a cancellation it did not make: both
             # are withdrawn, and the scope's is told (no other native cancellation
-            # reaches a worker of run(): see coord._core.own_cancel).
-            await own_cancel.withdraw()
+            # reaches a worker of run(): see coord._core.own_cancel). Shielded: a drain
+            # coming meanwhile must not cut the claim's ending short.
+            with anyio.CancelScope(shield=True):
+                await own_cancel.withdraw()
             swallowed = True
         # The body's scope swallowed its own cancellation: the claim's loss (ClaimLost,
         # from end_claim), or else its deadline, the job's timeout.

@@ -216,27 +216,27 @@ class _Workers:
         slot.declared = declare_asyncio()  # (the handler runs undeclared)
         try:
             while not self.why:
-                try:
-                    await self._one(slot)
-                except asyncio.CancelledError:
-                    if own_cancel.by_scope():
-                        raise
-                    await self._escaped()
+                await self._one(slot)
         finally:
             await slot.carry.give_back()  # claimed with the last ack: the workers stopped
 
-    async def _escaped(self) -> None:
+    async def _escaped(self, job: Job | None) -> None:
         """A handler's cancellation of its own task got past its claim block: it took
         that cancellation, and was then cut short by the drain, whose scope does not
         take a cancellation it did not make (the claim's own scope, of its loss and the
         job's timeout, tells its own: ``Claiming.__aexit__``). That block gave its job
-        back as it was. Withdrawn, so that the worker ends as the drain wants."""
-        await own_cancel.withdraw()
+        back as it was. Withdrawn (shielded: the drain goes on), so that the worker ends
+        as the drain wants."""
+        with anyio.CancelScope(shield=True):
+            await own_cancel.withdraw()
         self._count("released")
         _log.warning(
-            "queue %r: a handler's cancellation of its own task ended its claim block: "
-            "its job was given back as it was, for another worker",
+            "queue %r: job %s (attempt %d) released for another worker: its handler had "
+            "taken a cancellation of its own task, which ended its claim block (%s)",
             self.name,
+            job.id if job is not None else "-",
+            job.attempt + 1 if job is not None else 0,
+            self.why,
         )
 
     async def _one(self, slot: _Slot) -> None:
@@ -269,6 +269,10 @@ class _Workers:
                     slot.job.attempt + 1,
                     self.why,
                 )
+        except asyncio.CancelledError:
+            if own_cancel.by_scope():
+                raise
+            await self._escaped(slot.job)
         finally:
             slot.scope = slot.job = slot.raised = None
 
