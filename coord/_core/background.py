@@ -37,7 +37,14 @@ try:
 except ImportError:  # (anyio then finds asyncio without sniffing: nothing to declare)
     _library_cvar = None
 
-__all__ = ["BackgroundTasks", "Endings", "close_on_exit", "declare_asyncio", "undeclared"]
+__all__ = [
+    "BackgroundTasks",
+    "Endings",
+    "asyncio_task",
+    "close_on_exit",
+    "declare_asyncio",
+    "undeclared",
+]
 
 
 def declare_asyncio() -> Token[str | None] | None:
@@ -250,13 +257,18 @@ class BackgroundTasks:
             raise BaseExceptionGroup("unhandled errors in a TaskGroup", [native.crash])
 
 
-def _on_asyncio() -> bool:
-    """Whether this runs on asyncio (not trio): no dependency but anyio's and the
-    standard library's (sniffio comes with some anyio releases only)."""
+def asyncio_task() -> asyncio.Task[Any] | None:
+    """The asyncio task running this, or None (on trio): no dependency but anyio's and
+    the standard library's (sniffio comes with some anyio releases only)."""
     try:
-        return asyncio.current_task() is not None
+        return asyncio.current_task()
     except RuntimeError:  # no asyncio loop running here
-        return False
+        return None
+
+
+def _on_asyncio() -> bool:
+    """Whether this runs on asyncio (not trio)."""
+    return asyncio_task() is not None
 
 
 class _NativeTasks:

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from .background import asyncio_task
+
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
@@ -45,14 +47,6 @@ async def as_failure(call: Callable[[], Awaitable[object]], error: Callable[[], 
         raise error()
 
 
-def _task() -> asyncio.Task[object] | None:
-    """The asyncio task running this, or None (on trio)."""
-    try:
-        return asyncio.current_task()
-    except RuntimeError:  # no asyncio event loop runs
-        return None
-
-
 def by_scope() -> bool:
     """Whether a cancel scope around the caller is cancelled (coord's, or one of the
     caller's own that reaches this task): a cancellation seen now is that scope's."""
@@ -62,7 +56,7 @@ def by_scope() -> bool:
 def pending() -> bool:
     """Whether the current task holds cancellation requests of its own (asyncio's
     ``Task.cancelling()`` with no cancel scope around it cancelled). Not a checkpoint."""
-    task = _task()
+    task = asyncio_task()
     return task is not None and task.cancelling() > 0 and not by_scope()
 
 
@@ -74,7 +68,7 @@ async def withdraw() -> bool:
 
     :raises CancelledError: a cancel scope's, come meanwhile (left to that scope)
     """
-    task = _task()
+    task = asyncio_task()
     if task is None:
         return False
     came = False

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from .._core import keys as _keys
-from .._core import retry as _retry
-from .._core.exceptions import BackendUnavailable, ResyncNeeded
+from .._core.exceptions import ResyncNeeded
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable
 
     from .._client import Client
     from ..abc import Backend, Change, Listing
@@ -68,7 +68,8 @@ async def wait_for_waiters(client: Client, name: str, count: int) -> None:
     """Return once the lock *name* has at least *count* registered entries (holder
     included). Watches the prefix; never polls. A listing the store does not answer
     (:exc:`coord.BackendUnavailable`: a store slowed by a burst, or restarting) is made
-    again after a backoff: bound the wait with a timeout of your own."""
+    again after a backoff while the client's session lives: bound the wait with a
+    timeout of your own."""
     await _wait_for_queue(client, name, lambda n: n >= count)
 
 
@@ -85,34 +86,34 @@ async def _wait_for_queue(client: Client, name: str, done: Callable[[int], bool]
     costs a few dozen listings, not one per change (enough, on ZooKeeper, to starve the
     client's own keepalive), and the count is always a real listing, never a tally that a
     store without history (ZooKeeper cannot name deleted children) could get wrong."""
-    backend = client.backend
+    backend, session = client.backend, client.session
     prefix = _keys.check_name(name, internal=True) + "/"  # a recipe's own lock too
+
+    async def entries() -> Listing:
+        # Listed again after a backoff while the store does not answer and the session
+        # lives (a listing of thousands of waiters on a loaded machine can take longer
+        # than the session timeout that bounds each read: seen on ZooKeeper, with 6 test
+        # workers on 2 cores, in tests/contract/test_burst.py).
+        listing: Listing = await session.retry(partial(backend.entries, prefix))
+        return listing
+
     while True:
-        listing = await _listing(backend, prefix)
+        listing = await entries()
         if done(len(listing.entries)):
             return
         try:
-            await _watch_until(backend, prefix, listing.revision, done)
+            await _watch_until(backend, prefix, listing.revision, entries, done)
             return
         except ResyncNeeded:
             continue  # the store could not say what changed: list again
 
 
-async def _listing(backend: Backend, prefix: str) -> Listing:
-    """The entries under *prefix*, listed again after a backoff while the store does not
-    answer (a listing of thousands of waiters on a loaded machine can take longer than
-    the session timeout that bounds each read: seen on ZooKeeper, with 6 test workers on
-    2 cores, in ``tests/contract/test_burst.py``)."""
-    for attempt in _retry.attempts():
-        try:
-            return await backend.entries(prefix)
-        except BackendUnavailable:
-            await _retry.backoff(attempt)
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
 async def _watch_until(
-    backend: Backend, prefix: str, revision: int, done: Callable[[int], bool]
+    backend: Backend,
+    prefix: str,
+    revision: int,
+    entries: Callable[[], Awaitable[Listing]],
+    done: Callable[[int], bool],
 ) -> None:
     changed = anyio.Event()
     resync: ResyncNeeded | None = None
@@ -132,7 +133,7 @@ async def _watch_until(
             while True:
                 await changed.wait()
                 changed = anyio.Event()
-                if resync is not None or done(len((await _listing(backend, prefix)).entries)):
+                if resync is not None or done(len((await entries()).entries)):
                     tg.cancel_scope.cancel()
                     break
     if resync is not None:
