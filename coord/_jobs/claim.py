@@ -160,7 +160,7 @@ def claim_value(identity: dict[str, object], job_id: str, seq: int = 0) -> bytes
     """A claim entry's value: who claims, the job, and (if not 0) the claim's number
     among the claims of its transaction, which its fence holds (:class:`ClaimHold`)."""
     record = {**identity, "job": job_id, "seq": seq} if seq else {**identity, "job": job_id}
-    return json.dumps(record, separators=(",", ":")).encode()
+    return _records.to_json(record)
 
 
 def seq_of(claim: Entry) -> int:

@@ -5,6 +5,7 @@ header still does not fit parks the job with a shortened error (issue 17, item 3
 from __future__ import annotations
 
 import json
+import re
 
 import anyio
 import pytest
@@ -85,6 +86,49 @@ def test_a_job_decodes_as_it_was_encoded() -> None:
     entry = Entry("q/_jobs/@jj", _jobs.encode(state, b"body"), 1, 1, 0)
     assert _jobs.decode(entry) == (state, b"body")
     assert _jobs.decode(entry)[0].extra == {"later": [1]}
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        b'{"id": "j"}  ',  # whitespace after: json.loads takes it
+        b' {"id": "j"}',  # and before
+        b"\xef\xbb\xbf" + b'{"id": "j"}',  # a UTF-8 byte order mark
+        '{"id": "j"}'.encode("utf-16"),  # another encoding json.loads detects
+        b'{"id": "j"} {}',  # more after it: not JSON
+        b'{"id": "\xff"}',  # not UTF-8
+        rb'{"id": "j", "key": "\u00e9"}',
+    ],
+    ids=["space after", "space before", "a BOM", "UTF-16", "extra data", "not UTF-8", "escaped"],
+)
+def test_a_header_reads_as_json_loads_reads_it(header: bytes) -> None:
+    """decode's header reader (json.loads' fast path for what coord writes) takes what
+    json.loads takes and refuses what it refuses."""
+    try:
+        expected = json.loads(header)
+    except ValueError as refused:
+        with pytest.raises(type(refused), match=re.escape(str(refused))):
+            _jobs._header(header)
+        state, _ = _jobs.decode(Entry("q/_jobs/@jabc", _headed(header), 1, 1, 0))
+        assert state.parked
+        assert state.error is not None
+        assert state.error.startswith("not a job: ")
+        return
+    assert _jobs._header(header) == expected
+    state, _ = _jobs.decode(Entry("q/_jobs/@jabc", _headed(header), 1, 1, 0))
+    assert (state.id, state.key, state.parked) == ("j", expected.get("key"), False)
+
+
+def test_a_header_with_changes_is_a_new_header_and_the_old_stays() -> None:
+    old = _jobs.State(id="j", key="k", attempt=1, extra={"later": 1})
+    new = old.with_(claim="c", attempt=2)
+    assert new == _jobs.State(id="j", key="k", attempt=2, claim="c")
+    assert (old.claim, old.attempt) == (None, 1)
+    assert new.extra == {"later": 1}
+    with pytest.raises(TypeError, match="claimed"):
+        old.with_(claimed="c")
+    with pytest.raises(AttributeError):
+        new.claim = "d"  # type: ignore[misc]  (still frozen)
 
 
 async def test_a_header_written_by_something_else_parks_with_a_short_error() -> None:
