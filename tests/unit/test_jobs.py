@@ -128,7 +128,7 @@ def test_a_header_with_changes_is_a_new_header_and_the_old_stays() -> None:
     with pytest.raises(TypeError, match="claimed"):
         old.with_(claimed="c")
     with pytest.raises(AttributeError):
-        new.claim = "d"  # type: ignore[misc]  (still frozen)
+        new.claim = "d"  # type: ignore[misc]
 
 
 async def test_a_header_written_by_something_else_parks_with_a_short_error() -> None:
