@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .._core import keys as _keys
-from .._core.exceptions import ResyncNeeded
+from .._core import retry as _retry
+from .._core.exceptions import BackendUnavailable, ResyncNeeded
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -66,10 +67,10 @@ async def server_wakeups(client: Client) -> int:
 
 async def wait_for_waiters(client: Client, name: str, count: int) -> None:
     """Return once the lock *name* has at least *count* registered entries (holder
-    included). Watches the prefix; never polls. A listing the store does not answer
-    (:exc:`coord.BackendUnavailable`: a store slowed by a burst, or restarting) is made
-    again after a backoff while the client's session lives: bound the wait with a
-    timeout of your own."""
+    included). Watches the prefix; never polls. A listing or a watch the store does not
+    answer (:exc:`coord.BackendUnavailable`: a store slowed by a burst, or restarting)
+    is made again after a backoff while the client's session lives: bound the wait with
+    a timeout of your own."""
     await _wait_for_queue(client, name, lambda n: n >= count)
 
 
@@ -97,6 +98,7 @@ async def _wait_for_queue(client: Client, name: str, done: Callable[[int], bool]
         listing: Listing = await session.retry(partial(backend.entries, prefix))
         return listing
 
+    unanswered = 0  # watches in a row that got no answer
     while True:
         listing = await entries()
         if done(len(listing.entries)):
@@ -106,6 +108,11 @@ async def _wait_for_queue(client: Client, name: str, done: Callable[[int], bool]
             return
         except ResyncNeeded:
             continue  # the store could not say what changed: list again
+        except BackendUnavailable:
+            # The watch got no answer (its changes since the listing are unknown): list
+            # again after a backoff, which the listing's retry ends if the session is lost.
+            await _retry.backoff(unanswered)
+            unanswered += 1
 
 
 async def _watch_until(
@@ -116,14 +123,14 @@ async def _watch_until(
     done: Callable[[int], bool],
 ) -> None:
     changed = anyio.Event()
-    resync: ResyncNeeded | None = None
+    resync: ResyncNeeded | BackendUnavailable | None = None
 
     async def follow(changes: AsyncIterator[Change]) -> None:
         nonlocal resync
         try:
             async for _ in changes:
                 changed.set()
-        except ResyncNeeded as exc:
+        except (ResyncNeeded, BackendUnavailable) as exc:  # (raised as itself, below)
             resync = exc
             changed.set()
 
