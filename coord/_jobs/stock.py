@@ -117,6 +117,10 @@ class Stock:
         self.parked_seen = True
         # See decode: (creation revision, version) -> header and payload, per key.
         self._decoded: dict[str, tuple[tuple[int, int], _records.State, bytes]] = {}
+        # How many jobs the next read of the head asks for first (None: all), and how
+        # many the last one asked for in the end (see read and choose).
+        self._look: int | None = FIRST_LOOK
+        self._read_to: int | None = FIRST_LOOK
 
     def fresh(self, session: Session) -> bool:
         """Whether the stock holds a job read on *session* and not too long ago."""
@@ -136,7 +140,7 @@ class Stock:
         found while others are claimable). Without them every claim a job names is taken
         to be live, which is safe: its job is only passed over for now."""
         backend = session.backend
-        limit: int | None = None if self.priorities else FIRST_LOOK
+        limit: int | None = None if self.priorities else self._look
         for attempt in _retry.attempts():
             try:
                 jobs = await backend.entries(self.jobs_prefix, limit=limit, stale_ok=True)
@@ -169,6 +173,7 @@ class Stock:
             # at 32 workers every look went further, and decoded those jobs again).
             read = {e.key for e in jobs.entries}
             self._decoded = {k: v for k, v in self._decoded.items() if k in read}
+            self._read_to = limit
             return jobs, claims
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -247,9 +252,19 @@ class Stock:
         live = self._live(claims)
         if claims is not None:
             self.parked_seen = any(self.decode(e)[0].parked for e in jobs.entries)
-        return _claiming.choose_many(
+        picks, wake_at = _claiming.choose_many(
             jobs.entries, live, now, len(jobs.entries), self.decode, priorities=self.priorities
         )
+        # The next read asks first for as many jobs as this one had to (none claimable
+        # among the oldest FIRST_LOOK): with keys busy and workers idle, every look went
+        # further (its oldest jobs each hold back their key), and read, confirmed and
+        # chose among those oldest twice, its claims too. Back to FIRST_LOOK once one is
+        # claimable among them.
+        if picks and picks[0].order < FIRST_LOOK:
+            self._look = FIRST_LOOK
+        elif self._read_to is None or self._read_to > FIRST_LOOK:
+            self._look = self._read_to
+        return picks, wake_at
 
     def refill(
         self,

@@ -7,10 +7,13 @@ read again; and alone, a failed claim drops it, as before."""
 from __future__ import annotations
 
 import json
+from typing import Any
+
+import pytest
 
 from coord._jobs import records as _records
 from coord._jobs.claim import Pick
-from coord._jobs.stock import Stock, lane_of
+from coord._jobs.stock import FIRST_LOOK, Stock, lane_of
 from coord.abc import Entry, Listing
 
 
@@ -159,3 +162,61 @@ def test_learning_the_lookers_uncontended_keeps_the_stock() -> None:
     stock.learned(_claims("b" * 12))
     assert stock.others()
     assert stock.picks == before
+
+
+class _Listings:
+    """A backend that lists the jobs *jobs* (as far as the limit asked) and the claim of
+    the first, and records the limits asked for."""
+
+    def __init__(self, jobs: list[Entry]) -> None:
+        self.jobs = jobs
+        self.limits: list[int | None] = []
+
+    async def entries(
+        self, prefix: str, *, limit: int | None = None, stale_ok: bool = False
+    ) -> Listing:
+        if prefix.endswith("/_claims/"):
+            return Listing((Entry("q/_claims/@cc", b"{}", 1, 1, 7),), 1)
+        self.limits.append(limit)
+        return Listing(tuple(self.jobs[:limit]), 1)
+
+
+class _Session:
+    def __init__(self, backend: _Listings) -> None:
+        self.backend = backend
+
+
+def _job(n: int, key: str) -> Entry:
+    state = _records.State(id=f"{n:032x}", key=key, claim="c" if n == 0 else None)
+    return Entry(f"q/_jobs/@j{n:032x}", _records.encode(state, b""), n + 1, n + 1, 0)
+
+
+@pytest.mark.anyio
+async def test_a_look_that_had_to_go_further_starts_there_next_time() -> None:
+    """The oldest FIRST_LOOK jobs all held back by their key (its first job claimed):
+    the read goes further (8x), and the next read asks for
+    that many at once, not for the oldest FIRST_LOOK first and then again (with keys busy
+    and workers idle, every look did both). Once a job is claimable among the oldest
+    FIRST_LOOK, reads start there again."""
+    jobs = [_job(n, "busy") for n in range(FIRST_LOOK + 1)] + [_job(FIRST_LOOK + 1, "free")]
+    backend = _Listings(jobs)
+    session: Any = _Session(backend)
+    stock = Stock("q")
+
+    async def look() -> list[int]:
+        read, claims = await stock.read(session)
+        picks, _ = stock.choose(read, claims, 0.0)
+        return [p.order for p in picks]
+
+    assert await look() == [FIRST_LOOK + 1]
+    assert backend.limits == [FIRST_LOOK, FIRST_LOOK * 8]
+    backend.limits.clear()
+    assert await look() == [FIRST_LOOK + 1]
+    assert backend.limits == [FIRST_LOOK * 8]  # at once
+    backend.limits.clear()
+    backend.jobs = jobs[1:]  # job 0 acked: the next of its key is claimable, the oldest
+    assert (await look())[0] == 0
+    assert backend.limits == [FIRST_LOOK * 8]
+    backend.limits.clear()
+    await look()
+    assert backend.limits == [FIRST_LOOK]  # back to the oldest FIRST_LOOK first
