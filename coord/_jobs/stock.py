@@ -155,9 +155,11 @@ class Stock:
             except BackendUnavailable:
                 await _retry.backoff(attempt)
                 continue
-            if limit is not None and any(_records.has_priority(e) for e in jobs.entries):
-                self.priorities, limit = True, None  # a job with a priority: read all
-                continue
+            if not self.priorities and any(_records.has_priority(e) for e in jobs.entries):
+                self.priorities = True  # a job with a priority: read all
+                if limit is not None:
+                    limit = None
+                    continue
             if claims is not None:
                 try:
                     jobs = await self._confirm_dead(backend, jobs, claims)

@@ -220,3 +220,23 @@ async def test_a_look_that_had_to_go_further_starts_there_next_time() -> None:
     backend.limits.clear()
     await look()
     assert backend.limits == [FIRST_LOOK]  # back to the oldest FIRST_LOOK first
+
+
+@pytest.mark.anyio
+async def test_a_job_with_a_priority_is_noticed_in_a_read_of_every_job() -> None:
+    """A looker that reads the whole queue at once (its last look had to) still notices
+    a job with a priority, and from then on claims the highest priorities first (a read
+    of every job skipped the check: a queue's looker read with no limit once nothing was
+    claimable among the oldest 4,096)."""
+    jobs = [_job(n, "busy") for n in range(FIRST_LOOK + 1)] + [_job(FIRST_LOOK + 1, "free")]
+    backend = _Listings(jobs)
+    session: Any = _Session(backend)
+    stock = Stock("q")
+    stock._look = None  # (as after a look that had to read every job)
+    urgent = _records.State(id="f" * 32, key="other", priority=5)
+    backend.jobs = [*jobs, Entry(f"q/_jobs/@j{'f' * 32}", _records.encode(urgent, b""), 999, 999)]
+    read, claims = await stock.read(session)
+    assert stock.priorities
+    assert backend.limits == [None]  # (not read twice)
+    picks, _ = stock.choose(read, claims, 0.0)
+    assert [p.state.id for p in picks if p.state] == ["f" * 32, f"{FIRST_LOOK + 1:032x}"]
