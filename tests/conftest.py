@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import gc
 import os
 import shutil
 from pathlib import Path
@@ -24,15 +23,9 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(autouse=True)
-def blockbuster(request: pytest.FixtureRequest) -> Iterator[BlockBuster]:
+def blockbuster() -> Iterator[BlockBuster]:
     """Fail any test that makes a blocking call on the event loop."""
     yield from _watch_for_blocking_calls()
-    if request.node.get_closest_marker("etcd") is not None:
-        # gRPC objects caught in reference cycles are freed by the cyclic collector at
-        # some later point, and a channel's __dealloc__ takes a lock: freed during a
-        # later test, with coord's frames on the stack, it would trip that test's
-        # blocking-call check. Free them here, where nothing is watched.
-        gc.collect()
 
 
 def _watch_for_blocking_calls() -> Iterator[BlockBuster]:
