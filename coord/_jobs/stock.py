@@ -75,6 +75,9 @@ STOCK_FOR = 0.5
 CONTENDED_FOR = 2.0
 # A looker whose claims were seen within this many seconds counts (see Stock.share).
 LOOKERS_FOR = 3.0
+# A look starts with at most this many jobs, whatever the last one had to read (see
+# Stock.choose).
+_FURTHEST = FIRST_LOOK * 8
 # The lanes of this many lane keys are remembered (for the lookers known: see lane_of).
 _OWNERS_KEPT = 4 * FIRST_LOOK
 # The live claims are read at least this often (seconds) while jobs are claimable.
@@ -258,14 +261,18 @@ class Stock:
             jobs.entries, live, now, len(jobs.entries), self.decode, priorities=self.priorities
         )
         # The next read asks first for as many jobs as this one had to (none claimable
-        # among the oldest FIRST_LOOK): with keys busy and workers idle, every look went
-        # further (its oldest jobs each hold back their key), and read, confirmed and
-        # chose among those oldest twice, its claims too. Back to FIRST_LOOK once one is
-        # claimable among them.
+        # among the oldest FIRST_LOOK), up to _FURTHEST: with keys busy and workers idle,
+        # every look went further (its oldest jobs each hold back their key), and read,
+        # confirmed and chose among those oldest twice, its claims too. Back to
+        # FIRST_LOOK once one is claimable among them. Not further than _FURTHEST: the
+        # first look after the head frees up reads that many (of a queue 100,000 deep, a
+        # look of every job each time it did). Meanwhile a job among the oldest whose
+        # claim died waits for the claims' next read (CLAIMS_EVERY) if a younger one is
+        # claimable, as it does when that one is among the oldest FIRST_LOOK.
         if picks and picks[0].order < FIRST_LOOK:
             self._look = FIRST_LOOK
         elif self._read_to is None or self._read_to > FIRST_LOOK:
-            self._look = self._read_to
+            self._look = min(self._read_to or _FURTHEST, _FURTHEST)
         return picks, wake_at
 
     def refill(

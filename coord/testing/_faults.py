@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .._core import keys as _keys
-from .._core import retry as _retry
 from .._core.exceptions import BackendUnavailable, ResyncNeeded
 
 if TYPE_CHECKING:
@@ -98,21 +97,18 @@ async def _wait_for_queue(client: Client, name: str, done: Callable[[int], bool]
         listing: Listing = await session.retry(partial(backend.entries, prefix))
         return listing
 
-    unanswered = 0  # watches in a row that got no answer
-    while True:
-        listing = await entries()
-        if done(len(listing.entries)):
-            return
+    listing = await entries()
+    while not done(len(listing.entries)):
         try:
             await _watch_until(backend, prefix, listing.revision, entries, done)
             return
         except ResyncNeeded:
-            continue  # the store could not say what changed: list again
-        except BackendUnavailable:
+            listing = await entries()  # the store could not say what changed: list again
+        except BackendUnavailable as exc:
             # The watch got no answer (its changes since the listing are unknown): list
-            # again after a backoff, which the listing's retry ends if the session is lost.
-            await _retry.backoff(unanswered)
-            unanswered += 1
+            # again after a backoff, as a listing that got none is, while the session
+            # lives (SessionExpiredError once it is lost).
+            listing = await session.retry(partial(backend.entries, prefix), failed=exc)
 
 
 async def _watch_until(

@@ -224,15 +224,14 @@ async def test_a_look_that_had_to_go_further_starts_there_next_time() -> None:
 
 @pytest.mark.anyio
 async def test_a_job_with_a_priority_is_noticed_in_a_read_of_every_job() -> None:
-    """A looker that reads the whole queue at once (its last look had to) still notices
-    a job with a priority, and from then on claims the highest priorities first (a read
-    of every job skipped the check: a queue's looker read with no limit once nothing was
-    claimable among the oldest 4,096)."""
+    """A read of every job still notices a job with a priority, and from then on the
+    looker claims the highest priorities first (a read of every job skipped the check: a
+    look reads every job once nothing is claimable among the oldest 32,768)."""
     jobs = [_job(n, "busy") for n in range(FIRST_LOOK + 1)] + [_job(FIRST_LOOK + 1, "free")]
     backend = _Listings(jobs)
     session: Any = _Session(backend)
     stock = Stock("q")
-    stock._look = None  # (as after a look that had to read every job)
+    stock._look = None  # (a read of every job)
     urgent = _records.State(id="f" * 32, key="other", priority=5)
     backend.jobs = [*jobs, Entry(f"q/_jobs/@j{'f' * 32}", _records.encode(urgent, b""), 999, 999)]
     read, claims = await stock.read(session)
@@ -240,3 +239,26 @@ async def test_a_job_with_a_priority_is_noticed_in_a_read_of_every_job() -> None
     assert backend.limits == [None]  # (not read twice)
     picks, _ = stock.choose(read, claims, 0.0)
     assert [p.state.id for p in picks if p.state] == ["f" * 32, f"{FIRST_LOOK + 1:032x}"]
+
+
+@pytest.mark.anyio
+async def test_a_look_starts_no_further_than_8x_the_first() -> None:
+    """However far the last look had to go, the next one asks for at most 8x FIRST_LOOK
+    first: the first look after the head frees up reads that many, not the whole queue
+    (a review: 100,000 jobs read at each such look)."""
+    far = FIRST_LOOK * 8 + 1
+    jobs = [_job(n, "busy") for n in range(far)] + [_job(far, "free")]
+    backend = _Listings(jobs)
+    session: Any = _Session(backend)
+    stock = Stock("q")
+
+    async def look() -> list[int]:
+        read, claims = await stock.read(session)
+        picks, _ = stock.choose(read, claims, 0.0)
+        return [p.order for p in picks]
+
+    assert await look() == [far]
+    assert backend.limits == [FIRST_LOOK, FIRST_LOOK * 8, FIRST_LOOK * 64]
+    backend.limits.clear()
+    assert await look() == [far]
+    assert backend.limits == [FIRST_LOOK * 8, FIRST_LOOK * 64]

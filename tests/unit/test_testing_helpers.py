@@ -19,7 +19,7 @@ import pytest
 
 import coord
 from coord.backends.memory import MemoryBackend, MemoryStore
-from coord.testing import wait_for_no_waiters, wait_for_waiters
+from coord.testing import expire_session, wait_for_no_waiters, wait_for_waiters
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -130,3 +130,20 @@ async def test_wait_for_waiters_lists_again_when_a_watch_gets_no_answer(later: b
                 assert watcher.watches == 3
             tg.start_soon(hold)
         assert watcher.watch_failures == 0
+
+
+async def test_wait_for_waiters_ends_when_the_session_is_lost_and_the_watch_gets_no_answer() -> (
+    None
+):
+    """A watch that never answers, on a session that is lost for good: the wait raises
+    SessionExpiredError (it listed and watched again, about once a second, for ever)."""
+    store = MemoryStore()
+    watcher = _Unanswered(store)
+    watcher.watch_failures = 1_000_000
+    async with coord.Client(watcher, ttl=2, renew=False) as client:
+        session = client.session
+        await expire_session(client)
+        with anyio.fail_after(5):
+            await session.wait_lost()
+        with anyio.fail_after(5), pytest.raises(coord.SessionExpiredError):
+            await wait_for_waiters(client, "m", 1)
