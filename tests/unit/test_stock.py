@@ -7,7 +7,7 @@ read again; and alone, a failed claim drops it, as before."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -15,6 +15,9 @@ from coord._jobs import records as _records
 from coord._jobs.claim import Pick
 from coord._jobs.stock import FIRST_LOOK, Stock, lane_of
 from coord.abc import Entry, Listing
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
 
 
 def _pick(n: int) -> Pick:
@@ -191,14 +194,11 @@ def _job(n: int, key: str) -> Entry:
     return Entry(f"q/_jobs/@j{n:032x}", _records.encode(state, b""), n + 1, n + 1, 0)
 
 
-@pytest.mark.anyio
-async def test_a_look_that_had_to_go_further_starts_there_next_time() -> None:
-    """The oldest FIRST_LOOK jobs all held back by their key (its first job claimed):
-    the read goes further (8x), and the next read asks for
-    that many at once, not for the oldest FIRST_LOOK first and then again (with keys busy
-    and workers idle, every look did both). Once a job is claimable among the oldest
-    FIRST_LOOK, reads start there again."""
-    jobs = [_job(n, "busy") for n in range(FIRST_LOOK + 1)] + [_job(FIRST_LOOK + 1, "free")]
+def _looking(
+    jobs: list[Entry],
+) -> tuple[_Listings, Stock, Callable[[], Awaitable[list[int]]]]:
+    """A stock of the queue *jobs*, its backend, and a look: a read and a choice,
+    returning the picks' places in the read."""
     backend = _Listings(jobs)
     session: Any = _Session(backend)
     stock = Stock("q")
@@ -208,6 +208,18 @@ async def test_a_look_that_had_to_go_further_starts_there_next_time() -> None:
         picks, _ = stock.choose(read, claims, 0.0)
         return [p.order for p in picks]
 
+    return backend, stock, look
+
+
+@pytest.mark.anyio
+async def test_a_look_that_had_to_go_further_starts_there_next_time() -> None:
+    """The oldest FIRST_LOOK jobs all held back by their key (its first job claimed):
+    the read goes further (8x), and the next read asks for
+    that many at once, not for the oldest FIRST_LOOK first and then again (with keys busy
+    and workers idle, every look did both). Once a job is claimable among the oldest
+    FIRST_LOOK, reads start there again."""
+    jobs = [_job(n, "busy") for n in range(FIRST_LOOK + 1)] + [_job(FIRST_LOOK + 1, "free")]
+    backend, _, look = _looking(jobs)
     assert await look() == [FIRST_LOOK + 1]
     assert backend.limits == [FIRST_LOOK, FIRST_LOOK * 8]
     backend.limits.clear()
@@ -248,15 +260,7 @@ async def test_a_look_starts_no_further_than_8x_the_first() -> None:
     (a review: 100,000 jobs read at each such look)."""
     far = FIRST_LOOK * 8 + 1
     jobs = [_job(n, "busy") for n in range(far)] + [_job(far, "free")]
-    backend = _Listings(jobs)
-    session: Any = _Session(backend)
-    stock = Stock("q")
-
-    async def look() -> list[int]:
-        read, claims = await stock.read(session)
-        picks, _ = stock.choose(read, claims, 0.0)
-        return [p.order for p in picks]
-
+    backend, _, look = _looking(jobs)
     assert await look() == [far]
     assert backend.limits == [FIRST_LOOK, FIRST_LOOK * 8, FIRST_LOOK * 64]
     backend.limits.clear()
