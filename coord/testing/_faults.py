@@ -89,12 +89,14 @@ async def _wait_for_queue(client: Client, name: str, done: Callable[[int], bool]
     backend, session = client.backend, client.session
     prefix = _keys.check_name(name, internal=True) + "/"  # a recipe's own lock too
 
-    async def entries() -> Listing:
+    async def entries(failed: BackendUnavailable | None = None) -> Listing:
         # Listed again after a backoff while the store does not answer and the session
         # lives (a listing of thousands of waiters on a loaded machine can take longer
         # than the session timeout that bounds each read: seen on ZooKeeper, with 6 test
-        # workers on 2 cores, in tests/contract/test_burst.py).
-        listing: Listing = await session.retry(partial(backend.entries, prefix))
+        # workers on 2 cores, in tests/contract/test_burst.py); SessionExpiredError once
+        # it is lost. *failed*: the watch got no answer (its changes since the listing
+        # are unknown), and is made again after this listing.
+        listing: Listing = await session.retry(partial(backend.entries, prefix), failed=failed)
         return listing
 
     listing = await entries()
@@ -105,10 +107,7 @@ async def _wait_for_queue(client: Client, name: str, done: Callable[[int], bool]
         except ResyncNeeded:
             listing = await entries()  # the store could not say what changed: list again
         except BackendUnavailable as exc:
-            # The watch got no answer (its changes since the listing are unknown): list
-            # again after a backoff, as a listing that got none is, while the session
-            # lives (SessionExpiredError once it is lost).
-            listing = await session.retry(partial(backend.entries, prefix), failed=exc)
+            listing = await entries(failed=exc)
 
 
 async def _watch_until(
@@ -118,26 +117,34 @@ async def _watch_until(
     entries: Callable[[], Awaitable[Listing]],
     done: Callable[[int], bool],
 ) -> None:
+    """Watch from *revision* and list again at each change until ``done``; raises what
+    ended the watch (ResyncNeeded, BackendUnavailable) or the listing, as itself (not in
+    a group of the task group's)."""
     changed = anyio.Event()
-    resync: ResyncNeeded | BackendUnavailable | None = None
+    ended: Exception | None = None
 
     async def follow(changes: AsyncIterator[Change]) -> None:
-        nonlocal resync
+        nonlocal ended
         try:
             async for _ in changes:
                 changed.set()
-        except (ResyncNeeded, BackendUnavailable) as exc:  # (raised as itself, below)
-            resync = exc
+        except (ResyncNeeded, BackendUnavailable) as exc:
+            ended = exc
             changed.set()
 
     async with backend.watch(prefix, revision=revision) as changes:
         async with anyio.create_task_group() as tg:
             tg.start_soon(follow, changes)
-            while True:
+            while ended is None:
                 await changed.wait()
                 changed = anyio.Event()
-                if resync is not None or done(len((await entries()).entries)):
-                    tg.cancel_scope.cancel()
+                if ended is not None:
                     break
-    if resync is not None:
-        raise resync
+                try:
+                    if done(len((await entries()).entries)):
+                        break
+                except Exception as exc:  # (SessionExpiredError: the session was lost)
+                    ended = exc
+            tg.cancel_scope.cancel()
+    if ended is not None:
+        raise ended

@@ -147,3 +147,32 @@ async def test_wait_for_waiters_ends_when_the_session_is_lost_and_the_watch_gets
             await session.wait_lost()
         with anyio.fail_after(5), pytest.raises(coord.SessionExpiredError):
             await wait_for_waiters(client, "m", 1)
+
+
+async def test_a_session_lost_while_the_wait_watches_is_raised_as_itself() -> None:
+    """The session is lost while the wait watches, and the listing a change wakes gets no
+    answer: SessionExpiredError, itself (it came out of the watch's task group, in an
+    exception group)."""
+    store = MemoryStore()
+    watcher = _Unanswered(store)
+    watcher.answered = anyio.Event()
+    async with (
+        coord.Client(MemoryBackend(store), ttl=5) as other,
+        coord.Client(watcher, ttl=2, renew=False) as client,
+    ):
+        session = client.session
+        async with anyio.create_task_group() as tg:
+
+            async def wait() -> None:
+                with anyio.fail_after(5), pytest.raises(coord.SessionExpiredError):
+                    await wait_for_waiters(client, "m", 1)
+
+            tg.start_soon(wait)
+            with anyio.fail_after(5):
+                await watcher.answered.wait()  # it watches
+            watcher.failures = 1_000_000  # and its listings get no answer from now on
+            await expire_session(client)
+            with anyio.fail_after(5):
+                await session.wait_lost()
+            async with other.mutex("m"):  # a change: the wait lists again
+                pass
