@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from .._core.checks import check_bytes
@@ -167,7 +167,7 @@ class State:
         return new
 
 
-_STATE_FIELDS = frozenset(_FIELDS | {"extra"})
+_STATE_FIELDS = frozenset(f.name for f in fields(State))
 
 
 def id_of(key: str) -> str:
