@@ -15,6 +15,11 @@ import coord
 
 from ._support import Coord, wait_until
 
+# Each test runs up to a dozen or more `coord` processes (each bounded by 15 s of its
+# own): at the start of a loaded suite one of them ran past the default 20 s for the
+# whole test (test_unpark_one_key_or_the_jobs_without_one, 9.5 s on a quieter run).
+pytestmark = pytest.mark.timeout(60)
+
 if TYPE_CHECKING:
     from pathlib import Path
 
